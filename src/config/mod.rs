@@ -1,0 +1,228 @@
+//! Typed, validated configuration.
+//!
+//! Pipeline: YAML text → `${VAR}` expansion → raw `File*` structs (`file.rs`, unknown
+//! fields rejected) → [`validate`] (every error collected, with file, line, column and
+//! field path) → [`Config`]. Nothing downstream ever sees a string that still needs
+//! parsing: durations are [`Duration`], sizes are `usize`, templates are compiled.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, Uri};
+
+use crate::route::PathTemplate;
+use crate::template::{FieldPath, Template};
+
+/// The whole, validated configuration of one idem process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub server: ServerConfig,
+    pub admin: AdminConfig,
+    pub upstream: UpstreamConfig,
+    pub store: StoreConfig,
+    /// What happens to a request no route matches.
+    pub default: DefaultAction,
+    /// Routes in file order; the first match wins.
+    pub routes: Vec<Arc<RoutePolicy>>,
+    /// Non-fatal findings (e.g. `wait_timeout` with `on_concurrent: conflict`).
+    pub warnings: Vec<String>,
+    /// The file this came from, if any (for reload and messages).
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub header_read_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// When set, key admin requires `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// `http://host:port` or `https://host:port` (no path other than `/`).
+    pub url: Uri,
+    pub connect_timeout: Duration,
+    /// Until the response head; each body read is bounded by it too.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub backend: Backend,
+    pub redis: RedisConfig,
+    pub on_error: OnStoreError,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    pub mode: RedisMode,
+    pub nodes: Vec<String>,
+    pub sentinel_master: String,
+    pub key_prefix: String,
+    pub op_timeout: Duration,
+    pub wait_replicas: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMode {
+    Standalone,
+    Cluster,
+    Sentinel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// 503 `store_unavailable` + `Retry-After`.
+    Reject,
+    /// Forward unprotected, marked `Idempotency-Degraded: true`.
+    Passthrough,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultAction {
+    Passthrough,
+    /// 404 `no_route`.
+    Reject,
+}
+
+/// Everything the pipeline needs to know about one route.
+#[derive(Debug, Clone)]
+pub struct RoutePolicy {
+    pub name: String,
+    /// Methods this route matches. Never empty after validation.
+    pub methods: Vec<Method>,
+    pub path: PathTemplate,
+    /// Key alternatives, in order of preference; never empty.
+    pub key: Vec<Template>,
+    pub require_key: bool,
+    pub max_key_length: usize,
+    /// Namespace for keys; `Template::empty()` when unset.
+    pub scope: Template,
+    pub fingerprint: FingerprintSpec,
+    pub store_statuses: StatusSet,
+    pub lease: Duration,
+    pub retention: Duration,
+    pub on_concurrent: OnConcurrent,
+    pub wait_timeout: Duration,
+    pub on_failure: OnFailure,
+    pub on_ambiguous: OnAmbiguous,
+    pub max_request_bytes: usize,
+    pub max_response_bytes: usize,
+    pub forward_key_header: HeaderName,
+    pub forward_key_format: KeyFormat,
+    /// Lower-case header names whose values bind a record to its caller.
+    pub bind_credentials: Vec<HeaderName>,
+}
+
+impl RoutePolicy {
+    /// Whether deriving the key or the fingerprint needs the request body.
+    pub fn needs_body(&self) -> bool {
+        self.key.iter().any(Template::uses_body)
+            || self.scope.uses_body()
+            || !matches!(self.fingerprint.body, BodyFingerprint::Ignore)
+    }
+}
+
+/// What must be identical for a repeat to count as the same request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FingerprintSpec {
+    pub method: bool,
+    pub path: bool,
+    pub body: BodyFingerprint,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyFingerprint {
+    Ignore,
+    /// Canonical JSON when the body is JSON, raw bytes otherwise.
+    Whole,
+    /// Only these fields of a JSON body (canonical JSON of each, missing = null).
+    Fields(Vec<FieldPath>),
+}
+
+/// Which upstream statuses are stored and replayed. 408/409/425/429 never are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusSet {
+    /// Whole classes: index 1..=5 for 1xx..5xx.
+    pub classes: [bool; 6],
+    pub codes: Vec<u16>,
+}
+
+impl StatusSet {
+    pub const NEVER_STORED: [u16; 4] = [408, 409, 425, 429];
+
+    pub fn contains(&self, status: u16) -> bool {
+        if Self::NEVER_STORED.contains(&status) {
+            return false;
+        }
+        let class = (status / 100) as usize;
+        (class < self.classes.len() && self.classes[class]) || self.codes.contains(&status)
+    }
+}
+
+impl Default for StatusSet {
+    fn default() -> Self {
+        StatusSet {
+            classes: [false, false, true, false, true, false],
+            codes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnConcurrent {
+    Conflict,
+    Wait,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailure {
+    Replay,
+    Retry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAmbiguous {
+    Hold,
+    Release,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFormat {
+    Plain,
+    /// RFC 8941 sf-string: `"key"`, as the IETF draft sends it.
+    SfString,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_set_never_stores_retryable_4xx() {
+        let set = StatusSet::default();
+        assert!(set.contains(200));
+        assert!(set.contains(402));
+        assert!(!set.contains(409));
+        assert!(!set.contains(429));
+        assert!(!set.contains(503));
+    }
+}

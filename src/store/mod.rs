@@ -1,0 +1,120 @@
+//! The idempotency store: one narrow interface, several backends.
+//!
+//! Every operation is one round trip and atomic on the backend:
+//! - [`Store::reserve`]: create the in-progress record if the key is absent
+//!   (`SET NX GET PX lease`); a loser gets the existing record in the same trip.
+//! - [`Store::replace_if_owner`]: overwrite the record only while it still carries the
+//!   caller's fencing token (lease renewal, completion, takeover of a stored failure).
+//! - [`Store::release_if_owner`]: delete only if the caller still owns the record.
+//!
+//! A stale owner whose lease was taken over can therefore never overwrite or delete
+//! its successor's record. The store never sees HTTP types: only [`StoreKey`]s and
+//! [`Record`]s.
+
+pub mod memory;
+pub mod record;
+pub mod redis;
+pub mod watch;
+
+use std::time::Duration;
+
+pub use record::{Record, RecordState, StoredResponse, Token};
+pub use watch::Watch;
+
+use crate::key::StoreKey;
+
+/// Result of a reservation attempt.
+#[derive(Debug, Clone)]
+pub enum Reserve {
+    /// The key was absent; the caller's record is now stored and the caller owns it.
+    Won,
+    /// Someone else's record is there.
+    Exists(Record),
+}
+
+/// Why a store operation failed. Every variant means "the store could not answer":
+/// the caller treats it per `store.on_error`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store operation timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("stored record is corrupt: {0}")]
+    Corrupt(String),
+    #[error("memory store is full ({0} records)")]
+    Full(usize),
+}
+
+/// The configured backend. An enum rather than a trait object: no boxing on the hot
+/// path, and new backends (Redis Cluster, Sentinel) are new variants.
+#[derive(Clone)]
+pub enum Store {
+    Memory(memory::MemoryStore),
+    Redis(redis::RedisStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Store::Memory($s) => $e,
+            Store::Redis($s) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Atomically store `record` under `key` with TTL `lease` if the key is absent.
+    pub async fn reserve(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        lease: Duration,
+    ) -> Result<Reserve, StoreError> {
+        dispatch!(self, s => s.reserve(key, record, lease).await)
+    }
+
+    /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
+    /// `owner`. With `notify`, watchers of the key (on every replica) are woken.
+    /// Returns `false` when the caller no longer owns the key.
+    pub async fn replace_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        notify: bool,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.replace_if_owner(key, owner, record, ttl, notify).await)
+    }
+
+    /// Delete the record only if its token is `owner`, and wake watchers.
+    pub async fn release_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.release_if_owner(key, owner).await)
+    }
+
+    /// The current record, if any.
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        dispatch!(self, s => s.get(key).await)
+    }
+
+    /// Unconditional delete (admin), waking watchers. Returns whether a record existed.
+    pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete(key).await)
+    }
+
+    /// Start watching `key` for completion/release. Create the watch *before* reading
+    /// the record, so a change between the read and the wait is not missed.
+    pub fn watch(&self, key: &StoreKey) -> Watch {
+        dispatch!(self, s => s.watch(key))
+    }
+
+    /// Whether the store answers (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        dispatch!(self, s => s.ping().await)
+    }
+}
