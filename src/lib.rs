@@ -6,12 +6,24 @@
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
 //! - [`store`]: the idempotency store (memory, Redis) behind one narrow interface.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom.
-//! - [`server`]: listeners, connection limits, graceful shutdown.
+//! - [`server`]: the proxy listener, connection limits, graceful drain.
+//! - [`admin`]: health, readiness, metrics and key admin on a separate listener.
+//! - [`app`]: putting it together (start, reload, shutdown); [`cli`], [`signal`],
+//!   [`telemetry`], [`metrics`]: the process around it.
 
+pub mod admin;
+pub mod admin_client;
+pub mod app;
 pub mod body;
 pub mod canonical;
+pub mod cli;
 pub mod config;
 pub mod key;
+pub mod metrics;
+pub mod proxy;
 pub mod route;
+pub mod server;
+pub mod signal;
 pub mod store;
+pub mod telemetry;
 pub mod template;

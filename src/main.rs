@@ -1,1 +1,132 @@
-fn main() {}
+//! The `idem` binary: parse the command line, load configuration, run.
+//! Exit codes: 0 ok, 1 failed to start or run, 64 (EX_USAGE) bad configuration.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use idem::cli::{Cli, Command, KeyAction, KeysArgs, ServeArgs};
+use idem::config::Config;
+use idem::signal::{Signal, Signals};
+
+const EX_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("idem: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Check { config } => check(&config),
+        Command::Keys(args) => runtime.block_on(keys(args)),
+    }
+}
+
+fn load(args: &ServeArgs) -> Result<Config, String> {
+    let mut config = match (&args.config, &args.upstream) {
+        (Some(path), _) => Config::load(path).map_err(|e| e.to_string())?,
+        (None, Some(url)) => Config::for_upstream(url).map_err(|e| e.to_string())?,
+        (None, None) => return Err("give --config FILE or --upstream URL".to_owned()),
+    };
+    if let (Some(_), Some(url)) = (&args.config, &args.upstream) {
+        config.upstream.url =
+            idem::config::parse_upstream_url(url).map_err(|e| format!("--upstream: {e}"))?;
+    }
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(listen) = args.admin_listen {
+        config.admin.listen = listen;
+    }
+    Ok(config)
+}
+
+async fn serve(args: ServeArgs) -> ExitCode {
+    idem::telemetry::init(args.log_format);
+    let config = match load(&args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("idem: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    for warning in &config.warnings {
+        tracing::warn!("config: {warning}");
+    }
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("idem: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match idem::app::start(&config).await {
+        Ok(running) => running,
+        Err(e) => {
+            eprintln!("idem: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    loop {
+        match signals.next().await {
+            Signal::Shutdown => break,
+            Signal::Reload => match load(&args) {
+                Ok(new) => {
+                    let generation = running.reload(&new);
+                    tracing::info!(generation, "configuration reloaded");
+                }
+                Err(e) => {
+                    tracing::error!("reload refused, keeping the running configuration:\n{e}")
+                }
+            },
+        }
+    }
+    tracing::info!("shutting down");
+    if running.shutdown().await {
+        ExitCode::SUCCESS
+    } else {
+        tracing::warn!("drain did not finish within shutdown_grace");
+        ExitCode::SUCCESS
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(config) => {
+            print!("{}", config.route_table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(EX_USAGE)
+        }
+    }
+}
+
+async fn keys(args: KeysArgs) -> ExitCode {
+    let (method, key, body) = match &args.action {
+        KeyAction::Get { key, body } => (http::Method::GET, key, *body),
+        KeyAction::Delete { key } => (http::Method::DELETE, key, false),
+    };
+    match idem::admin_client::key_request(&args, method, key, body).await {
+        Ok((status, text)) => {
+            println!("{text}");
+            if status.is_success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("idem: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Putting idem together: store, proxy, listeners; start, reload, drain.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::{self, Admin};
+use crate::config::{Backend, Config, StoreConfig};
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::server;
+use crate::store::{memory::MemoryStore, redis::RedisStore, Store, StoreError};
+
+/// Records the memory store keeps before evicting the soonest-expiring completed one.
+pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// A running idem: its bound addresses and the handles to reload or drain it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub proxy: Proxy,
+    admin: Arc<Admin>,
+    stop: watch::Sender<bool>,
+    done: JoinHandle<bool>,
+}
+
+/// Build the configured store. Redis connects in the background and reconnects by itself,
+/// so idem starts (unready) even while Redis is down.
+pub async fn build_store(cfg: &StoreConfig) -> Result<Store, StoreError> {
+    Ok(match cfg.backend {
+        Backend::Memory => Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)),
+        Backend::Redis => Store::Redis(RedisStore::connect(&cfg.redis).await?),
+    })
+}
+
+/// Bind the listeners and start serving. Port 0 binds a free port (tests).
+pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let listener = bind(config.listen).await?;
+    let admin_listener = bind(config.admin.listen).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: config.admin.listen,
+            source,
+        })?;
+    let store = build_store(&config.store).await?;
+    let proxy = Proxy::new(config, store, Metrics::new());
+    let admin = Arc::new(Admin {
+        proxy: proxy.clone(),
+        token: config.admin.token.clone(),
+        draining: Default::default(),
+        store_timeout: config
+            .store
+            .redis
+            .op_timeout
+            .max(std::time::Duration::from_millis(250)),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let when_stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    tokio::spawn(admin::serve(
+        admin_listener,
+        admin.clone(),
+        when_stopped(stopped.clone()),
+    ));
+    let done = tokio::spawn(server::serve(
+        listener,
+        proxy.clone(),
+        config.server.clone(),
+        when_stopped(stopped),
+    ));
+    tracing::info!(%addr, %admin_addr, upstream = %config.upstream.url, "idem listening");
+    Ok(Running {
+        addr,
+        admin_addr,
+        proxy,
+        admin,
+        stop,
+        done,
+    })
+}
+
+impl Running {
+    /// Swap in a new configuration's routes.
+    pub fn reload(&self, config: &Config) -> u64 {
+        self.proxy.reload(config)
+    }
+
+    /// Drain and stop; `true` when everything finished within `shutdown_grace`.
+    pub async fn shutdown(self) -> bool {
+        self.admin.draining.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+        self.done.await.unwrap_or(false)
+    }
+}

@@ -1,0 +1,78 @@
+//! Command line (SPEC §7).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// idem: a sidecar reverse proxy that makes side-effecting tool calls safe to repeat.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy. Flags override the file.
+    Serve(ServeArgs),
+    /// Validate a configuration file and print the route table.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Inspect or release an idempotency key through the admin API.
+    Keys(KeysArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// YAML configuration file.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Upstream URL (without --config: run on the built-in defaults).
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Proxy listen address.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin listen address.
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct KeysArgs {
+    #[command(subcommand)]
+    pub action: KeyAction,
+    /// Route name.
+    #[arg(long, global = true, default_value = "")]
+    pub route: String,
+    /// Scope the key was namespaced with, if the route has one.
+    #[arg(long, global = true, default_value = "")]
+    pub scope: String,
+    /// Admin base URL.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:9901")]
+    pub admin: String,
+    /// Admin token (or IDEM_ADMIN_TOKEN).
+    #[arg(long, global = true, env = "IDEM_ADMIN_TOKEN")]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyAction {
+    /// Show the record of KEY.
+    Get {
+        key: String,
+        /// Include the stored body.
+        #[arg(long)]
+        body: bool,
+    },
+    /// Release KEY (after an incident).
+    Delete { key: String },
+}

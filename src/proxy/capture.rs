@@ -1,0 +1,58 @@
+//! A copy of the response body kept for the record, up to `max_response_bytes`.
+//! Past the cap the copy is dropped (the record will say "completed, body not stored")
+//! while the live response keeps streaming.
+
+use bytes::{Bytes, BytesMut};
+
+pub struct Capture {
+    buf: BytesMut,
+    limit: usize,
+    overflowed: bool,
+}
+
+impl Capture {
+    pub fn new(limit: usize, size_hint: Option<u64>) -> Capture {
+        let overflowed = size_hint.is_some_and(|n| n > limit as u64);
+        let capacity = size_hint.map_or(0, |n| n.min(limit as u64) as usize);
+        Capture {
+            buf: BytesMut::with_capacity(if overflowed { 0 } else { capacity }),
+            limit,
+            overflowed,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &Bytes) {
+        if self.overflowed {
+            return;
+        }
+        if self.buf.len() + chunk.len() > self.limit {
+            self.overflowed = true;
+            self.buf = BytesMut::new();
+            return;
+        }
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The body, or `None` when it exceeded the limit.
+    pub fn finish(self) -> Option<Bytes> {
+        (!self.overflowed).then(|| self.buf.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_body_under_limit_and_drops_it_over() {
+        let mut c = Capture::new(5, None);
+        c.push(&Bytes::from_static(b"abc"));
+        c.push(&Bytes::from_static(b"de"));
+        assert_eq!(c.finish().unwrap(), "abcde");
+        let mut c = Capture::new(5, None);
+        c.push(&Bytes::from_static(b"abc"));
+        c.push(&Bytes::from_static(b"def"));
+        assert!(c.finish().is_none());
+        assert!(Capture::new(5, Some(6)).finish().is_none());
+    }
+}

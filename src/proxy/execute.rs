@@ -1,0 +1,252 @@
+//! The winner's upstream call, run as a detached task so it is **not tied to the
+//! client connection**: if the caller disconnects, the task still reads the upstream
+//! response and records the outcome, and the caller's retry gets the replay.
+//!
+//! While the call runs the lease is renewed every `lease/3`. The response streams to
+//! the caller as it arrives, one frame behind the upstream, so the **last frame is held
+//! until the record is written**: a caller who has the whole response and repeats the
+//! request gets the replay, never a 409.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::sync::{mpsc, oneshot};
+
+use super::body::{BoxError, ChannelBody, ProxyBody, UpstreamBody};
+use super::capture::Capture;
+use super::headers::strip_hop_by_hop;
+use super::lease::{renewing, LeaseHolder};
+use super::{problem, Inner};
+use crate::config::{OnAmbiguous, RoutePolicy};
+use crate::key::StoreKey;
+use crate::store::{record::now_ms, Record, StoredResponse};
+
+/// One owned reservation about to be executed upstream.
+pub struct Call {
+    pub policy: Arc<RoutePolicy>,
+    pub key: StoreKey,
+    /// Our in-progress record; its token proves ownership.
+    pub record: Record,
+    pub request: Request<UpstreamBody>,
+}
+
+/// Start the call; the receiver yields the response for the caller (streaming, or a
+/// problem). Dropping the receiver does not stop the call.
+pub fn spawn(inner: &Arc<Inner>, call: Call) -> oneshot::Receiver<Response<ProxyBody>> {
+    let (reply, rx) = oneshot::channel();
+    let inner2 = inner.clone();
+    inner
+        .tasks
+        .spawn(async move { run(inner2, call, reply).await });
+    rx
+}
+
+/// How the exchange with the upstream ended.
+enum Exchange {
+    /// Connection refused / not sent: nothing happened upstream.
+    NotSent { out: Outbound },
+    /// Sent, but no complete answer (timeout, reset, stalled body): the effect may
+    /// or may not have happened.
+    Ambiguous { reason: String, out: Outbound },
+    /// A complete response. `out` still holds the head (if not yet sent) and the last frame.
+    Finished {
+        stored: Option<StoredResponse>,
+        out: Outbound,
+    },
+}
+
+async fn run(inner: Arc<Inner>, call: Call, reply: oneshot::Sender<Response<ProxyBody>>) {
+    let Call {
+        policy,
+        key,
+        record,
+        request,
+    } = call;
+    inner.metrics.inflight.inc();
+    let started = Instant::now();
+    let holder = LeaseHolder::new(inner.clone(), key, record, policy.lease);
+    let out = Outbound::new(reply, inner.upstream.timeout);
+    let (holder, exchange) = renewing(holder, exchange(&inner, &policy, request, out)).await;
+    inner
+        .metrics
+        .upstream_duration
+        .observe(started.elapsed().as_secs_f64());
+
+    match exchange {
+        Exchange::NotSent { mut out } => {
+            holder.release().await;
+            let reason = "upstream unavailable".to_owned();
+            out.fail(problem::upstream_unavailable().into_response(), reason)
+                .await;
+        }
+        Exchange::Ambiguous { reason, mut out } => {
+            tracing::warn!(key = %key, %reason, "upstream outcome unknown");
+            let held_for = match policy.on_ambiguous {
+                OnAmbiguous::Hold => Some(holder.remaining_secs()),
+                OnAmbiguous::Release => {
+                    holder.release().await;
+                    None
+                }
+            };
+            out.fail(problem::upstream_timeout(held_for).into_response(), reason)
+                .await;
+        }
+        Exchange::Finished { stored, mut out } => {
+            match stored {
+                Some(response) => holder.complete(response, policy.retention).await,
+                None => holder.release().await,
+            }
+            out.finish().await;
+        }
+    }
+    inner.metrics.inflight.dec();
+}
+
+async fn exchange(
+    inner: &Inner,
+    policy: &RoutePolicy,
+    request: Request<UpstreamBody>,
+    mut out: Outbound,
+) -> Exchange {
+    let timeout = inner.upstream.timeout;
+    let response = match tokio::time::timeout(timeout, inner.client.request(request)).await {
+        Err(_) => {
+            return Exchange::Ambiguous {
+                reason: format!("no response head within {timeout:?}"),
+                out,
+            }
+        }
+        Ok(Err(e)) if e.is_connect() => return Exchange::NotSent { out },
+        Ok(Err(e)) => {
+            return Exchange::Ambiguous {
+                reason: format!("upstream error: {e}"),
+                out,
+            }
+        }
+        Ok(Ok(response)) => response,
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let status = parts.status.as_u16();
+    let storable = policy.store_statuses.contains(status);
+    let mut capture =
+        storable.then(|| Capture::new(policy.max_response_bytes, body.size_hint().exact()));
+    let stored_headers: Vec<_> = parts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    out.set_head(Response::from_parts(parts, ()), body.size_hint());
+
+    if let Err(reason) = pump(body, timeout, &mut capture, &mut out).await {
+        return Exchange::Ambiguous { reason, out };
+    }
+    let stored = capture.map(|c| StoredResponse {
+        status,
+        headers: stored_headers,
+        body: c.finish(),
+    });
+    Exchange::Finished { stored, out }
+}
+
+/// Copy upstream frames to the caller one frame behind, keeping a capture.
+async fn pump(
+    mut body: Incoming,
+    timeout: Duration,
+    capture: &mut Option<Capture>,
+    out: &mut Outbound,
+) -> Result<(), String> {
+    loop {
+        match tokio::time::timeout(timeout, body.frame()).await {
+            Err(_) => return Err(format!("response body stalled for {timeout:?}")),
+            Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) => return Err(format!("response body failed: {e}")),
+            Ok(Some(Ok(frame))) => {
+                if let (Some(c), Some(data)) = (capture.as_mut(), frame.data_ref()) {
+                    c.push(data);
+                }
+                out.push(frame).await;
+            }
+        }
+    }
+}
+
+/// The caller's side of the exchange: the pending head, the frame held back, and the
+/// channel feeding the caller's body. Every send tolerates a caller that has gone.
+pub struct Outbound {
+    reply: Option<oneshot::Sender<Response<ProxyBody>>>,
+    head: Option<(Response<()>, http_body::SizeHint)>,
+    held: Option<Frame<Bytes>>,
+    tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
+    send_timeout: Duration,
+}
+
+impl Outbound {
+    fn new(reply: oneshot::Sender<Response<ProxyBody>>, send_timeout: Duration) -> Self {
+        Outbound {
+            reply: Some(reply),
+            head: None,
+            held: None,
+            tx: None,
+            send_timeout,
+        }
+    }
+
+    fn set_head(&mut self, head: Response<()>, hint: http_body::SizeHint) {
+        self.head = Some((head, hint));
+    }
+
+    /// Queue a frame: the previous held frame (and the head, the first time) goes out.
+    async fn push(&mut self, frame: Frame<Bytes>) {
+        if let Some(prev) = self.held.replace(frame) {
+            self.send_head();
+            self.send(prev).await;
+        }
+    }
+
+    fn send_head(&mut self) {
+        let (Some((head, hint)), Some(reply)) = (self.head.take(), self.reply.take()) else {
+            return;
+        };
+        let (tx, rx) = mpsc::channel(8);
+        let (parts, ()) = head.into_parts();
+        let body = ChannelBody::new(rx, hint).boxed_unsync();
+        if reply.send(Response::from_parts(parts, body)).is_ok() {
+            self.tx = Some(tx);
+        }
+    }
+
+    async fn send(&mut self, frame: Frame<Bytes>) {
+        let Some(tx) = &self.tx else { return };
+        match tokio::time::timeout(self.send_timeout, tx.send(Ok(frame))).await {
+            Ok(Ok(())) => {}
+            // The caller is gone or stopped reading: carry on recording without it.
+            _ => self.tx = None,
+        }
+    }
+
+    /// After the record is written: release the head (if still pending) and the last frame.
+    async fn finish(&mut self) {
+        self.send_head();
+        if let Some(last) = self.held.take() {
+            self.send(last).await;
+        }
+        self.tx = None;
+    }
+
+    /// The exchange failed: answer with `problem` if the head has not gone out yet,
+    /// otherwise abort the caller's body so it cannot mistake it for a complete one.
+    async fn fail(&mut self, problem: Response<ProxyBody>, reason: String) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(problem);
+        } else if let Some(tx) = self.tx.take() {
+            // Must arrive: a body that merely ends would look complete to the caller.
+            let _ = tokio::time::timeout(self.send_timeout, tx.send(Err(reason.into()))).await;
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Holding a reservation while its upstream call runs: renewal every `lease/3`, and the
+//! owner-checked completion or release at the end. A holder whose lease was taken over
+//! (it was frozen or too slow) stops renewing and its completion is refused by the
+//! store, so it can never overwrite its successor's record.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Inner;
+use crate::key::StoreKey;
+use crate::metrics::StoreOp;
+use crate::store::{record::now_ms, Record, RecordState, StoredResponse};
+
+pub struct LeaseHolder {
+    inner: Arc<Inner>,
+    key: StoreKey,
+    record: Record,
+    lease: Duration,
+    /// False once a renewal found the record taken over.
+    owned: bool,
+}
+
+impl LeaseHolder {
+    pub fn new(inner: Arc<Inner>, key: StoreKey, record: Record, lease: Duration) -> Self {
+        LeaseHolder {
+            inner,
+            key,
+            record,
+            lease,
+            owned: true,
+        }
+    }
+
+    /// Seconds until the current lease ends (at least 1).
+    pub fn remaining_secs(&self) -> u64 {
+        self.record
+            .expires_at_ms
+            .saturating_sub(now_ms())
+            .div_ceil(1000)
+            .max(1)
+    }
+
+    async fn renew(&mut self) {
+        let mut record = self.record.clone();
+        record.expires_at_ms = now_ms() + self.lease.as_millis() as u64;
+        let started = Instant::now();
+        let result = self
+            .inner
+            .store
+            .replace_if_owner(&self.key, &self.record.token, &record, self.lease, false)
+            .await;
+        self.inner
+            .metrics
+            .store_op(StoreOp::renew, started.elapsed());
+        match result {
+            Ok(true) => {
+                self.record = record;
+                self.inner.metrics.lease_renewals.inc();
+            }
+            Ok(false) => {
+                tracing::warn!(key = %self.key, "lease lost to another owner; renewals stop");
+                self.owned = false;
+            }
+            Err(e) => tracing::warn!(key = %self.key, error = %e, "lease renewal failed"),
+        }
+    }
+
+    /// Delete the reservation (if still ours) so a retry forwards again.
+    pub async fn release(&self) {
+        let started = Instant::now();
+        let result = self
+            .inner
+            .store
+            .release_if_owner(&self.key, &self.record.token)
+            .await;
+        self.inner
+            .metrics
+            .store_op(StoreOp::release, started.elapsed());
+        if let Err(e) = result {
+            tracing::warn!(key = %self.key, error = %e, "release failed; the lease will expire");
+        }
+    }
+
+    /// Store the outcome, if we still own the key. A store failure here does not hold
+    /// up the caller: the write is retried in the background until the lease would
+    /// have ended, and meanwhile the in-progress record keeps repeats out.
+    pub async fn complete(&self, response: StoredResponse, retention: Duration) {
+        let mut record = self.record.clone();
+        record.state = RecordState::Completed;
+        record.expires_at_ms = now_ms() + retention.as_millis() as u64;
+        record.response = Some(response);
+        let started = Instant::now();
+        let result = self.write_completion(&record, retention).await;
+        self.inner
+            .metrics
+            .store_op(StoreOp::complete, started.elapsed());
+        match result {
+            Ok(true) => {}
+            Ok(false) => self.stale(),
+            Err(e) => {
+                tracing::warn!(key = %self.key, error = %e, "completion write failed; retrying");
+                let retry = LeaseHolder {
+                    inner: self.inner.clone(),
+                    key: self.key,
+                    record: self.record.clone(),
+                    lease: self.lease,
+                    owned: self.owned,
+                };
+                self.inner
+                    .tasks
+                    .spawn(async move { retry.retry_completion(record, retention).await });
+            }
+        }
+    }
+
+    async fn write_completion(
+        &self,
+        record: &Record,
+        retention: Duration,
+    ) -> Result<bool, crate::store::StoreError> {
+        self.inner
+            .store
+            .replace_if_owner(&self.key, &self.record.token, record, retention, true)
+            .await
+    }
+
+    async fn retry_completion(self, record: Record, retention: Duration) {
+        let deadline = Instant::now() + self.lease;
+        let mut backoff = Duration::from_millis(100);
+        while Instant::now() + backoff < deadline {
+            tokio::time::sleep(backoff).await;
+            match self.write_completion(&record, retention).await {
+                Ok(true) => return,
+                Ok(false) => return self.stale(),
+                Err(_) => backoff = (backoff * 2).min(Duration::from_secs(2)),
+            }
+        }
+        tracing::error!(
+            key = %self.key,
+            "outcome could not be recorded before the lease ended; a repeat will be forwarded \
+             again with the same upstream idempotency key"
+        );
+    }
+
+    fn stale(&self) {
+        self.inner.metrics.stale_completions.inc();
+        tracing::warn!(key = %self.key, "completion refused: the lease was taken over by another owner");
+    }
+}
+
+/// Run `work` while renewing the lease every `lease/3`; return the holder and the output.
+pub async fn renewing<F: Future>(mut holder: LeaseHolder, work: F) -> (LeaseHolder, F::Output) {
+    tokio::pin!(work);
+    let period = (holder.lease / 3).max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            output = &mut work => return (holder, output),
+            _ = ticker.tick(), if holder.owned => holder.renew().await,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The request pipeline, top to bottom. This file is the map; each step lives in its
+//! own module.
+//!
+//! 1. **Route** ([`crate::route`]): method + path template, first match wins. No match →
+//!    the `default` action (passthrough streams the body untouched, or 404).
+//! 2. **Protect** ([`idempotency`]): read the body (bounded, 413), derive key, scope,
+//!    fingerprint and credential hash, then reserve the key in the store.
+//! 3. **Loser** → replay ([`replay`]), 403, 422, 409 (+ `Retry-After`), or wait.
+//! 4. **Winner** → [`execute`]: a detached task forwards once ([`forward`]) with the key
+//!    passed on, renews the lease ([`lease`]), streams the response while capturing it
+//!    ([`capture`]), and records the outcome before releasing the last frame.
+//! 5. Every proxy-made error is a [`problem`] (`application/problem+json`).
+
+mod body;
+mod capture;
+mod execute;
+pub mod forward;
+pub mod headers;
+mod idempotency;
+mod lease;
+pub mod problem;
+mod replay;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use http::{request, Request, Response};
+use http_body_util::Either;
+use hyper::body::Incoming;
+use tokio_util::task::TaskTracker;
+
+pub use body::{BoxError, ProxyBody};
+
+use crate::config::{Config, DefaultAction, OnStoreError, UpstreamConfig};
+use crate::metrics::{Metrics, Outcome};
+use crate::route::RouteTable;
+use crate::store::Store;
+use forward::UpstreamClient;
+
+/// The parts of the configuration a reload may swap (SIGHUP).
+pub struct Live {
+    pub routes: RouteTable,
+    pub default: DefaultAction,
+    pub on_store_error: OnStoreError,
+    pub generation: u64,
+}
+
+/// State shared by every request.
+pub struct Inner {
+    pub live: ArcSwap<Live>,
+    pub store: Store,
+    pub client: UpstreamClient,
+    pub upstream: UpstreamConfig,
+    pub metrics: Metrics,
+    /// Detached upstream calls; shutdown waits for them to record their outcome.
+    pub tasks: TaskTracker,
+    generation: AtomicU64,
+}
+
+/// The proxy service: cheap to clone, one per connection.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+impl Proxy {
+    pub fn new(config: &Config, store: Store, metrics: Metrics) -> Proxy {
+        metrics.config_generation.set(1);
+        Proxy {
+            inner: Arc::new(Inner {
+                live: ArcSwap::from_pointee(live(config, 1)),
+                store,
+                client: forward::client(&config.upstream),
+                upstream: config.upstream.clone(),
+                metrics,
+                tasks: TaskTracker::new(),
+                generation: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Swap in the routes of a newly loaded configuration; in-flight requests finish
+    /// with the routes they started with. Returns the new generation.
+    pub fn reload(&self, config: &Config) -> u64 {
+        let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.inner.live.store(Arc::new(live(config, generation)));
+        self.inner.metrics.config_generation.set(generation as i64);
+        generation
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.inner.live.load().generation
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Detached upstream calls still running (graceful shutdown waits on these).
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.inner.tasks
+    }
+
+    /// Handle one request from `remote`.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        remote: Option<SocketAddr>,
+    ) -> Response<ProxyBody> {
+        let live = self.inner.live.load_full();
+        let client_ip = remote.map(|a| a.ip());
+        let (parts, body) = req.into_parts();
+
+        // 1. Route. Unmatched requests never have their body touched.
+        let Some((policy, captures)) = live.routes.find(&parts.method, parts.uri.path()) else {
+            return match live.default {
+                DefaultAction::Passthrough => {
+                    forward_unprotected(&self.inner, parts, Either::Right(body), client_ip).await
+                }
+                DefaultAction::Reject => {
+                    problem::no_route(parts.method.as_str(), parts.uri.path()).into_response()
+                }
+            };
+        };
+        let policy = policy.clone();
+
+        // 2–5. Protect.
+        let started = Instant::now();
+        let handled = idempotency::protect(
+            &self.inner,
+            policy.clone(),
+            captures,
+            parts,
+            body,
+            client_ip,
+            live.on_store_error,
+        )
+        .await;
+        self.inner.metrics.count(&policy.name, handled.outcome);
+        tracing::info!(
+            route = %policy.name,
+            outcome = handled.outcome.as_str(),
+            key_hash = %handled.key.map(|k| k.to_string()).unwrap_or_default(),
+            status = handled.response.status().as_u16(),
+            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "request"
+        );
+        handled.response
+    }
+}
+
+fn live(config: &Config, generation: u64) -> Live {
+    Live {
+        routes: RouteTable::new(config.routes.clone()),
+        default: config.default,
+        on_store_error: config.store.on_error,
+        generation,
+    }
+}
+
+/// Forward without idempotency (unmatched routes, `require_key: false` without a key,
+/// or a degraded store). The body streams through untouched.
+async fn forward_unprotected(
+    inner: &Inner,
+    parts: request::Parts,
+    body: body::UpstreamBody,
+    client_ip: Option<IpAddr>,
+) -> Response<ProxyBody> {
+    let request = forward::upstream_request(&inner.upstream.url, parts, body, client_ip, None);
+    let timeout = inner.upstream.timeout;
+    match tokio::time::timeout(timeout, inner.client.request(request)).await {
+        Ok(Ok(response)) => {
+            let (mut parts, body) = response.into_parts();
+            headers::strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body::stream(body))
+        }
+        Ok(Err(e)) if e.is_connect() => problem::upstream_unavailable().into_response(),
+        Ok(Err(_)) | Err(_) => problem::upstream_timeout(None).into_response(),
+    }
+}
+
+/// Count a passthrough outcome for an unmatched request (kept off the hot path).
+#[allow(dead_code)]
+fn count_unmatched(metrics: &Metrics) {
+    metrics.count("", Outcome::passthrough);
+}

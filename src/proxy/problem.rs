@@ -1,0 +1,269 @@
+//! Every error the proxy itself produces: RFC 9457 `application/problem+json` with a
+//! stable `code`, and a `detail` written so that a language model reading it knows what
+//! happened, whether the side effect happened, and what to do next.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use serde::Serialize;
+
+use super::body::{full, ProxyBody};
+use super::headers::PROBLEM_JSON;
+
+/// A proxy-made error response.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    /// Seconds, sent as `Retry-After`.
+    pub retry_after: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Wire<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u64>,
+}
+
+impl Problem {
+    pub fn new(
+        status: StatusCode,
+        code: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Problem {
+            status,
+            code,
+            title,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
+    }
+
+    /// The JSON body, as bytes.
+    pub fn body(&self) -> Bytes {
+        let wire = Wire {
+            kind: format!("urn:idem:problem:{}", self.code),
+            title: self.title,
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            code: self.code,
+            retry_after: self.retry_after,
+        };
+        Bytes::from(serde_json::to_vec(&wire).unwrap_or_default())
+    }
+
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let mut response = Response::new(full(self.body()));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, PROBLEM_JSON);
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+// === constructors, one per stable code (SPEC §5) ===
+
+pub fn key_missing(route: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "idempotency_key_missing",
+        "Idempotency key missing",
+        format!(
+            "Route '{route}' needs an idempotency key and none of its key sources were present. \
+             Nothing was executed. Resend the same request with the identifying fields or headers \
+             this route uses (for example an Idempotency-Key header)."
+        ),
+    )
+}
+
+pub fn key_invalid(reason: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "idempotency_key_invalid",
+        "Idempotency key invalid",
+        format!("{reason}. Nothing was executed. Fix the key and resend the request."),
+    )
+}
+
+pub fn body_not_json() -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "body_not_json",
+        "Request body is not JSON",
+        "This route derives its idempotency key from the JSON body, but the body is not valid \
+         JSON. Nothing was executed. Send a valid JSON body.",
+    )
+}
+
+pub fn body_invalid(reason: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "request_body_invalid",
+        "Request body could not be read",
+        format!("The request body could not be read ({reason}). Nothing was executed. Resend the complete request."),
+    )
+}
+
+pub fn body_too_large(limit: usize) -> Problem {
+    Problem::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "Request body too large",
+        format!(
+            "The request body exceeds this route's limit of {limit} bytes. Nothing was executed. \
+             Send a smaller body."
+        ),
+    )
+}
+
+pub fn credential_mismatch() -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "credential_mismatch",
+        "Credentials do not match",
+        "This idempotency key belongs to a request made with different credentials. Its result \
+         is not shown and nothing was executed. Use your own key, or the credentials of the \
+         original request.",
+    )
+}
+
+pub fn no_route(method: &str, path: &str) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        "No route",
+        format!("No route is configured for {method} {path}. Nothing was executed."),
+    )
+}
+
+pub fn in_progress(route: &str, retry_after: u64) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "request_in_progress",
+        "Request already in progress",
+        format!(
+            "This '{route}' request is already being processed. Do not send it again with a \
+             different key; retry the same request in {retry_after} s to receive its result."
+        ),
+    )
+    .retry_after(retry_after)
+}
+
+pub fn response_not_stored(status: u16) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "response_not_stored",
+        "Response not stored",
+        format!(
+            "This request was already executed and completed with status {status}, but its \
+             response was too large to store. It will not be executed again. Look up the result \
+             through the API instead of repeating this request."
+        ),
+    )
+}
+
+pub fn key_reused() -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency_key_reused",
+        "Idempotency key reused with a different request",
+        "This idempotency key was already used for a different request (method, path or body \
+         differ). Nothing was executed. If this is a new operation, use a new key; if it is a \
+         retry, resend exactly the original request.",
+    )
+}
+
+pub fn upstream_unavailable() -> Problem {
+    Problem::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_unavailable",
+        "Upstream unavailable",
+        "The tool API could not be reached, so the request was not sent and nothing was \
+         executed. It is safe to retry the same request.",
+    )
+}
+
+pub fn upstream_timeout(held_for: Option<u64>) -> Problem {
+    let detail = match held_for {
+        Some(seconds) => format!(
+            "The tool API did not answer in time. The request was sent, so the outcome is \
+             unknown: it may or may not have been executed. Do not send it with a new key. A \
+             retry of the same request is answered 409 for up to {seconds} s, then forwarded \
+             again with the same idempotency key so the API can deduplicate it."
+        ),
+        None => "The tool API did not answer in time. The request was sent, so the outcome is \
+                 unknown: it may or may not have been executed. A retry of the same request is \
+                 forwarded again with the same idempotency key so the API can deduplicate it."
+            .to_owned(),
+    };
+    Problem::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "upstream_timeout",
+        "Upstream timeout",
+        detail,
+    )
+}
+
+pub fn store_unavailable() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        "Idempotency store unavailable",
+        "The idempotency store cannot be reached, so the request was not forwarded and nothing \
+         was executed. Retry the same request shortly.",
+    )
+    .retry_after(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_is_rfc9457_json_with_code() {
+        let p = in_progress("charge", 3);
+        let v: serde_json::Value = serde_json::from_slice(&p.body()).unwrap();
+        assert_eq!(v["status"], 409);
+        assert_eq!(v["code"], "request_in_progress");
+        assert!(v["type"].as_str().unwrap().ends_with("request_in_progress"));
+        let r = p.into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+    }
+
+    #[test]
+    fn statuses_match_spec_codes() {
+        assert_eq!(key_missing("r").status, 400);
+        assert_eq!(key_invalid("x").status, 400);
+        assert_eq!(body_not_json().status, 400);
+        assert_eq!(credential_mismatch().status, 403);
+        assert_eq!(no_route("GET", "/").status, 404);
+        assert_eq!(response_not_stored(200).status, 409);
+        assert_eq!(body_too_large(1).status, 413);
+        assert_eq!(key_reused().status, 422);
+        assert_eq!(upstream_unavailable().status, 502);
+        assert_eq!(store_unavailable().status, 503);
+        assert_eq!(upstream_timeout(None).status, 504);
+    }
+}
