@@ -1,0 +1,172 @@
+//! A mock tool API that counts executions per idempotency key, so tests can prove
+//! "exactly once" from the upstream's side. Its behaviour is steered per request by
+//! test-only headers:
+//! - `x-mock-status: 503`: answer with that status.
+//! - `x-mock-delay-ms: 500`: wait before answering (after counting the execution).
+//! - `x-mock-body-bytes: N`: answer with N bytes of `a` instead of JSON.
+//! - `x-mock-chunks: N` + `x-mock-chunk-delay-ms: D`: stream N chunks D ms apart.
+//! - `x-mock-stall-ms: D`: send the head and one chunk, then stall D ms before the rest.
+//! - `x-mock-reset: true`: count the execution, then drop the connection unanswered.
+//!
+//! `GET /count?key=K` answers `{"count": n}` for the `--check-url` style check.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Default)]
+struct State {
+    executions: Mutex<HashMap<String, u64>>,
+    received: Mutex<Vec<Received>>,
+    seq: AtomicU64,
+}
+
+/// A running mock upstream on a free loopback port.
+#[derive(Clone)]
+pub struct MockUpstream {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl MockUpstream {
+    pub async fn start() -> MockUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind mock upstream");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State::default());
+        let st = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| handle(st.clone(), req));
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        MockUpstream { addr, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many times the upstream executed a request carrying this idempotency key.
+    pub fn executions(&self, key: &str) -> u64 {
+        self.state.executions.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+
+    /// Executions over all keys.
+    pub fn total_executions(&self) -> u64 {
+        self.state.executions.lock().unwrap().values().sum()
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn num(h: &HeaderMap, name: &str) -> u64 {
+    header(h, name).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<BoxBody>, std::io::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let path = parts.uri.path().to_owned();
+    if path == "/count" {
+        let key = parts.uri.query().and_then(|q| q.strip_prefix("key=")).unwrap_or("");
+        let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy().into_owned();
+        let n = st.executions.lock().unwrap().get(&key).copied().unwrap_or(0);
+        return Ok(full(StatusCode::OK, format!("{{\"count\":{n}}}")));
+    }
+    let h = &parts.headers;
+    let key = header(h, "idempotency-key")
+        .or_else(|| header(h, "paypal-request-id"))
+        .unwrap_or(&path)
+        .to_owned();
+    let execution = {
+        let mut map = st.executions.lock().unwrap();
+        let n = map.entry(key.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    st.received.lock().unwrap().push(Received {
+        method: parts.method.to_string(),
+        path: path.clone(),
+        headers: parts.headers.clone(),
+        body,
+    });
+    let delay = num(h, "x-mock-delay-ms");
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if header(h, "x-mock-reset") == Some("true") {
+        return Err(std::io::Error::other("mock reset"));
+    }
+    let status = StatusCode::from_u16(num(h, "x-mock-status") as u16).unwrap_or(StatusCode::CREATED);
+    let id = st.seq.fetch_add(1, Ordering::SeqCst);
+    let size = num(h, "x-mock-body-bytes");
+    if size > 0 {
+        return Ok(full(status, "a".repeat(size as usize)));
+    }
+    let json = format!("{{\"id\":\"ch_{id}\",\"key\":{key:?},\"execution\":{execution},\"path\":{path:?}}}");
+    let chunks = num(h, "x-mock-chunks");
+    let stall = num(h, "x-mock-stall-ms");
+    if chunks > 0 || stall > 0 {
+        let gap = Duration::from_millis(num(h, "x-mock-chunk-delay-ms"));
+        let n = chunks.max(2);
+        let stream = futures_util::stream::unfold(0u64, move |i| async move {
+            if i >= n {
+                return None;
+            }
+            if i == 1 && stall > 0 {
+                tokio::time::sleep(Duration::from_millis(stall)).await;
+            } else if i > 0 {
+                tokio::time::sleep(gap).await;
+            }
+            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(format!("chunk{i};")))), i + 1))
+        });
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        *r.status_mut() = status;
+        return Ok(r);
+    }
+    let mut r = full(status, json);
+    r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    Ok(r)
+}
+
+fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<BoxBody> {
+    let mut r = Response::new(BodyExt::boxed(Full::new(body.into())));
+    *r.status_mut() = status;
+    r
+}
