@@ -64,6 +64,13 @@ pub enum TemplateError {
     Unknown(String),
     #[error("empty name in placeholder `{{{0}}}`")]
     EmptyName(String),
+    #[error("unmatched `}}` at byte {0}; write `}}}}` for a literal brace")]
+    UnmatchedClose(usize),
+    #[error("invalid placeholder `{{{placeholder}}}`: {reason}")]
+    InvalidName {
+        placeholder: String,
+        reason: &'static str,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,9 +85,40 @@ pub enum RenderError {
 
 impl Template {
     /// Parse `text` (e.g. `charge:{path.invoice_id}`).
+    /// `{{` and `}}` are literal braces; a lone `}` is an error (almost always a typo).
     pub fn parse(text: &str) -> Result<Template, TemplateError> {
-        let _ = text;
-        unimplemented!("template parsing")
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let next = bytes.get(i + 1).copied();
+            match (bytes[i], next) {
+                (b'{', Some(b'{')) | (b'}', Some(b'}')) => {
+                    literal.push(char::from(bytes[i]));
+                    i += 2;
+                }
+                (b'{', _) => {
+                    let len = text[i + 1..].find('}').ok_or(TemplateError::Unclosed(i))?;
+                    let source = parse_placeholder(&text[i + 1..i + 1 + len])?;
+                    flush_literal(&mut parts, &mut literal);
+                    parts.push(Part::Placeholder(source));
+                    i += len + 2;
+                }
+                (b'}', _) => return Err(TemplateError::UnmatchedClose(i)),
+                _ => {
+                    // Braces are ASCII, so the next one is always a char boundary.
+                    let end = text[i..].find(['{', '}']).map_or(text.len(), |n| i + n);
+                    literal.push_str(&text[i..end]);
+                    i = end;
+                }
+            }
+        }
+        flush_literal(&mut parts, &mut literal);
+        Ok(Template {
+            parts,
+            source: text.to_owned(),
+        })
     }
 
     /// The empty template (an unset `scope`).
@@ -131,8 +169,170 @@ impl Template {
 
 impl FieldPath {
     /// Parse a dotted path such as `a.b.0.c`.
+    /// `None` for an empty path or an empty segment (`a..b`, `.a`, `a.`). Object keys
+    /// that themselves contain `.` cannot be addressed.
     pub fn parse(text: &str) -> Option<FieldPath> {
-        let _ = text;
-        unimplemented!("field path parsing")
+        let segments: Vec<String> = text.split('.').map(str::to_owned).collect();
+        if segments.iter().any(String::is_empty) {
+            return None;
+        }
+        Some(FieldPath(segments))
+    }
+
+    pub fn segments(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("."))
+    }
+}
+
+// === parsing helpers ===
+
+fn flush_literal(parts: &mut Vec<Part>, literal: &mut String) {
+    if !literal.is_empty() {
+        parts.push(Part::Literal(std::mem::take(literal)));
+    }
+}
+
+/// The text between `{` and `}`.
+fn parse_placeholder(inner: &str) -> Result<Source, TemplateError> {
+    match inner {
+        "method" => return Ok(Source::Method),
+        "route" => return Ok(Source::Route),
+        "body_hash" => return Ok(Source::BodyHash),
+        _ => {}
+    }
+    let Some((kind, name)) = inner.split_once('.') else {
+        return Err(TemplateError::Unknown(inner.to_owned()));
+    };
+    if name.is_empty() && matches!(kind, "path" | "body" | "query" | "header") {
+        return Err(TemplateError::EmptyName(inner.to_owned()));
+    }
+    let invalid = |reason| TemplateError::InvalidName {
+        placeholder: inner.to_owned(),
+        reason,
+    };
+    match kind {
+        "path" if crate::route::is_valid_name(name) => Ok(Source::Path(name.to_owned())),
+        "path" => Err(invalid(
+            "a path capture name has only letters, digits and `_`",
+        )),
+        "body" => FieldPath::parse(name)
+            .map(Source::Body)
+            .ok_or_else(|| invalid("a field path has no empty segments (`a.b.0`)")),
+        "query" => Ok(Source::Query(name.to_owned())),
+        "header" => HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+            .map(Source::Header)
+            .map_err(|_| invalid("not a valid HTTP header name")),
+        _ => Err(TemplateError::Unknown(inner.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(text: &str) -> Vec<Part> {
+        Template::parse(text).unwrap().parts().to_vec()
+    }
+
+    fn lit(s: &str) -> Part {
+        Part::Literal(s.to_owned())
+    }
+
+    fn ph(source: Source) -> Part {
+        Part::Placeholder(source)
+    }
+
+    fn field(path: &str) -> Source {
+        Source::Body(FieldPath::parse(path).unwrap())
+    }
+
+    #[test]
+    fn parses_every_placeholder_kind() {
+        assert_eq!(
+            parts("charge:{path.invoice_id}"),
+            [lit("charge:"), ph(Source::Path("invoice_id".into()))]
+        );
+        assert_eq!(
+            parts("{body.a.b.0.c}{query.q}-{header.X-Task-Id}"),
+            [
+                ph(field("a.b.0.c")),
+                ph(Source::Query("q".into())),
+                lit("-"),
+                ph(Source::Header(HeaderName::from_static("x-task-id"))),
+            ]
+        );
+        assert_eq!(
+            parts("{method} {route} {body_hash}"),
+            [
+                ph(Source::Method),
+                lit(" "),
+                ph(Source::Route),
+                lit(" "),
+                ph(Source::BodyHash),
+            ]
+        );
+    }
+
+    #[test]
+    fn doubled_braces_are_literal_and_merge() {
+        assert_eq!(parts("{{a}}"), [lit("{a}")]);
+        assert_eq!(
+            parts("x{{{method}}}y"),
+            [lit("x{"), ph(Source::Method), lit("}y")]
+        );
+        assert_eq!(parts("é{{ü"), [lit("é{ü")]);
+        assert!(parts("").is_empty());
+        assert!(Template::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn keeps_source_and_reports_uses() {
+        let t = Template::parse("t:{body.id}:{path.a}:{path.b}").unwrap();
+        assert_eq!(t.as_str(), "t:{body.id}:{path.a}:{path.b}");
+        assert!(t.uses_body());
+        assert_eq!(t.path_names().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(Template::parse("{body_hash}").unwrap().uses_body());
+        assert!(!Template::parse("{header.x}").unwrap().uses_body());
+    }
+
+    #[test]
+    fn rejects_malformed_templates() {
+        use TemplateError::*;
+        let e = |t: &str| Template::parse(t).unwrap_err();
+        assert_eq!(e("a{path.x"), Unclosed(1));
+        assert_eq!(e("a}b"), UnmatchedClose(1));
+        assert_eq!(e("{nope}"), Unknown("nope".into()));
+        assert_eq!(e("{}"), Unknown("".into()));
+        assert_eq!(e("{path}"), Unknown("path".into()));
+        assert_eq!(e("{cookie.a}"), Unknown("cookie.a".into()));
+        assert_eq!(e("{ method }"), Unknown(" method ".into()));
+        assert_eq!(e("{path.}"), EmptyName("path.".into()));
+        assert_eq!(e("{header.}"), EmptyName("header.".into()));
+        assert_eq!(e("{body.}"), EmptyName("body.".into()));
+        assert_eq!(e("{query.}"), EmptyName("query.".into()));
+        assert!(matches!(e("{path.a-b}"), InvalidName { .. }));
+        assert!(matches!(e("{body.a..b}"), InvalidName { .. }));
+        assert!(matches!(e("{header.a b}"), InvalidName { .. }));
+        assert!(matches!(e("{header.é}"), InvalidName { .. }));
+        assert!(e("{nope}").to_string().contains("{path.NAME}"));
+        assert!(e("{header.a:b}").to_string().contains("header name"));
+    }
+
+    #[test]
+    fn field_paths() {
+        assert_eq!(
+            FieldPath::parse("a.b.0").unwrap().segments(),
+            ["a", "b", "0"]
+        );
+        assert_eq!(FieldPath::parse("a.b.0").unwrap().to_string(), "a.b.0");
+        for bad in ["", ".", "a.", ".a", "a..b"] {
+            assert_eq!(FieldPath::parse(bad), None, "{bad}");
+        }
     }
 }
