@@ -119,6 +119,11 @@ fn skip_string(raw: &[u8], mut i: usize) -> usize {
 }
 
 fn token_is_exact(token: &[u8]) -> bool {
+    // Fast path: up to 18 digits always fit an i64/u64 exactly.
+    let digits = token.strip_prefix(b"-").unwrap_or(token);
+    if digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit) {
+        return true;
+    }
     let Ok(text) = std::str::from_utf8(token) else {
         return false;
     };

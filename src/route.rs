@@ -107,16 +107,14 @@ impl PathTemplate {
     fn is_match(&self, rest: &str) -> bool {
         let mut parts = rest.split('/');
         for segment in &self.segments {
-            if let Segment::Wildcard(_) = segment {
-                return true;
-            }
-            let Some(part) = parts.next() else {
-                return false;
+            let part = match (segment, parts.next()) {
+                (Segment::Wildcard(_), _) => return true,
+                (_, None) => return false,
+                (_, Some(part)) => part,
             };
             let ok = match segment {
                 Segment::Literal(lit) => percent_decode_str(part).eq(lit.bytes()),
-                Segment::Capture(_) => !part.is_empty(),
-                Segment::Wildcard(_) => true,
+                _ => !part.is_empty(),
             };
             if !ok {
                 return false;
@@ -174,8 +172,8 @@ fn parse_segment(seg: &str, is_last: bool) -> Result<Segment, String> {
 fn parse_literal(seg: &str, is_last: bool) -> Result<Segment, String> {
     if seg.contains(['{', '}']) {
         return Err(format!(
-            "segment `{seg}` mixes literal text and a capture; a capture must be a whole \
-             segment, e.g. `/{{id}}`"
+            "segment `{seg}` mixes literal text and a capture, or has an unbalanced brace; \
+             a capture must be a whole segment, e.g. `/{{id}}`"
         ));
     }
     if seg.is_empty() && !is_last {
@@ -276,8 +274,98 @@ impl RouteTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::config::{
+        BodyFingerprint, FingerprintSpec, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure,
+        StatusSet,
+    };
+    use crate::template::Template;
+    use std::time::Duration;
+
+    /// A route with the SPEC's defaults, for tests across the crate.
+    pub(crate) fn policy(name: &str, methods: &[Method], path: &str, keys: &[&str]) -> RoutePolicy {
+        RoutePolicy {
+            name: name.to_owned(),
+            methods: methods.to_vec(),
+            path: PathTemplate::parse(path).unwrap(),
+            key: keys.iter().map(|k| Template::parse(k).unwrap()).collect(),
+            require_key: true,
+            max_key_length: 255,
+            scope: Template::empty(),
+            fingerprint: FingerprintSpec {
+                method: true,
+                path: true,
+                body: BodyFingerprint::Whole,
+            },
+            store_statuses: StatusSet::default(),
+            lease: Duration::from_secs(30),
+            retention: Duration::from_secs(24 * 3600),
+            on_concurrent: OnConcurrent::Conflict,
+            wait_timeout: Duration::from_secs(10),
+            on_failure: OnFailure::Replay,
+            on_ambiguous: OnAmbiguous::Hold,
+            max_request_bytes: 1 << 20,
+            max_response_bytes: 1 << 20,
+            forward_key_header: http::header::HeaderName::from_static("idempotency-key"),
+            forward_key_format: KeyFormat::Plain,
+            bind_credentials: vec![http::header::AUTHORIZATION, http::header::COOKIE],
+        }
+    }
+
+    fn table() -> RouteTable {
+        RouteTable::new(vec![
+            Arc::new(policy(
+                "charge",
+                &[Method::POST],
+                "/invoices/{id}/charge",
+                &["c:{path.id}"],
+            )),
+            Arc::new(policy(
+                "put_any",
+                &[Method::PUT, Method::PATCH],
+                "/{p*}",
+                &["{header.idempotency-key}"],
+            )),
+            Arc::new(policy(
+                "charge_too",
+                &[Method::POST],
+                "/invoices/{x}/charge",
+                &["never"],
+            )),
+            Arc::new(policy(
+                "all_post",
+                &[Method::POST],
+                "/{p*}",
+                &["{header.idempotency-key}"],
+            )),
+        ])
+    }
+
+    #[test]
+    fn route_table_first_match_wins() {
+        let t = table();
+        let (route, captures) = t.find(&Method::POST, "/invoices/7/charge").unwrap();
+        assert_eq!(route.name, "charge");
+        assert_eq!(captures.get("id"), Some("7"));
+        let (route, captures) = t.find(&Method::PATCH, "/invoices/7/charge").unwrap();
+        assert_eq!(route.name, "put_any");
+        assert_eq!(captures.get("p"), Some("invoices/7/charge"));
+        assert_eq!(t.find(&Method::POST, "/emails").unwrap().0.name, "all_post");
+        assert_eq!(t.find(&Method::POST, "/").unwrap().0.name, "all_post");
+        assert_eq!(t.routes().len(), 4);
+    }
+
+    #[test]
+    fn route_table_misses() {
+        let t = table();
+        assert!(t.find(&Method::GET, "/invoices/7/charge").is_none());
+        assert!(t.find(&Method::DELETE, "/").is_none());
+        assert!(t.find(&Method::POST, "*").is_none());
+        let ext = Method::from_bytes(b"PURGE").unwrap();
+        assert!(t.find(&ext, "/x").is_none());
+        assert!(RouteTable::default().find(&Method::POST, "/").is_none());
+    }
 
     fn tpl(text: &str) -> PathTemplate {
         PathTemplate::parse(text).unwrap()

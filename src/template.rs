@@ -84,7 +84,8 @@ pub enum RenderError {
     /// A body placeholder was used but the body is not JSON.
     #[error("the request body is not JSON")]
     BodyNotJson,
-    /// A present header has an invalid value (e.g. an empty `Idempotency-Key`).
+    /// A value is present but unusable: an empty or malformed `Idempotency-Key`, or a
+    /// body field holding a number the JSON parse rounded.
     #[error("{0}")]
     Invalid(String),
 }
@@ -233,8 +234,8 @@ fn resolve<'a>(
             idempotency_key(req.headers)?.map(Cow::Owned)
         }
         Source::Header(name) => header(req.headers, name).map(Cow::Borrowed),
-        Source::Method => Some(Cow::Owned(req.method.as_str().to_owned())),
-        Source::Route => Some(Cow::Owned(req.route.to_owned())),
+        Source::Method => Some(Cow::Borrowed(req.method.as_str())),
+        Source::Route => Some(Cow::Borrowed(req.route)),
         Source::BodyHash => Some(Cow::Owned(body_hash(req.body)?)),
     };
     Ok(value.filter(|v| !v.is_empty()))
@@ -252,7 +253,9 @@ fn body_field<'a>(
     };
     if !body.is_exact() && has_float(value) {
         return Err(RenderError::Invalid(format!(
-            "`body.{path}` holds a number that cannot be represented exactly              (too many digits); send it as a JSON string"
+            "the JSON body has a number with more digits than a 64-bit float holds, and \
+             `{{body.{path}}}` contains a non-integer or very large number; send such \
+             numbers as JSON strings"
         )));
     }
     Ok(json_text(value))
@@ -389,7 +392,7 @@ fn trim_ows(mut value: &[u8]) -> &[u8] {
 }
 
 /// Printable ASCII, 0x20..=0x7E (what a rendered key may contain).
-pub(crate) fn is_printable(bytes: &[u8]) -> bool {
+fn is_printable(bytes: &[u8]) -> bool {
     bytes.iter().all(|b| (0x20..=0x7E).contains(b))
 }
 
