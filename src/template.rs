@@ -4,9 +4,15 @@
 //! A template renders to `Ok(None)` when one of its placeholders does not resolve, so the
 //! caller can move on to the next key alternative.
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName, Method};
+use percent_encoding::percent_decode_str;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::body::BodyView;
+use crate::canonical;
 use crate::route::Captures;
 
 /// A parsed template: literal text and placeholders.
@@ -64,6 +70,13 @@ pub enum TemplateError {
     Unknown(String),
     #[error("empty name in placeholder `{{{0}}}`")]
     EmptyName(String),
+    #[error("unmatched `}}` at byte {0}; write `}}}}` for a literal brace")]
+    UnmatchedClose(usize),
+    #[error("invalid placeholder `{{{placeholder}}}`: {reason}")]
+    InvalidName {
+        placeholder: String,
+        reason: &'static str,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,16 +84,48 @@ pub enum RenderError {
     /// A body placeholder was used but the body is not JSON.
     #[error("the request body is not JSON")]
     BodyNotJson,
-    /// A present header has an invalid value (e.g. an empty `Idempotency-Key`).
+    /// A value is present but unusable: an empty or malformed `Idempotency-Key`, or a
+    /// body field holding a number the JSON parse rounded.
     #[error("{0}")]
     Invalid(String),
 }
 
 impl Template {
     /// Parse `text` (e.g. `charge:{path.invoice_id}`).
+    /// `{{` and `}}` are literal braces; a lone `}` is an error (almost always a typo).
     pub fn parse(text: &str) -> Result<Template, TemplateError> {
-        let _ = text;
-        unimplemented!("template parsing")
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let next = bytes.get(i + 1).copied();
+            match (bytes[i], next) {
+                (b'{', Some(b'{')) | (b'}', Some(b'}')) => {
+                    literal.push(char::from(bytes[i]));
+                    i += 2;
+                }
+                (b'{', _) => {
+                    let len = text[i + 1..].find('}').ok_or(TemplateError::Unclosed(i))?;
+                    let source = parse_placeholder(&text[i + 1..i + 1 + len])?;
+                    flush_literal(&mut parts, &mut literal);
+                    parts.push(Part::Placeholder(source));
+                    i += len + 2;
+                }
+                (b'}', _) => return Err(TemplateError::UnmatchedClose(i)),
+                _ => {
+                    // Braces are ASCII, so the next one is always a char boundary.
+                    let end = text[i..].find(['{', '}']).map_or(text.len(), |n| i + n);
+                    literal.push_str(&text[i..end]);
+                    i = end;
+                }
+            }
+        }
+        flush_literal(&mut parts, &mut literal);
+        Ok(Template {
+            parts,
+            source: text.to_owned(),
+        })
     }
 
     /// The empty template (an unset `scope`).
@@ -123,16 +168,640 @@ impl Template {
     }
 
     /// Render against a request. `Ok(None)`: a placeholder did not resolve.
+    ///
+    /// Every placeholder is evaluated, so an error (`BodyNotJson`, `Invalid`) is reported
+    /// even when another placeholder of the same template is missing: it tells the
+    /// caller more than "no key".
     pub fn render(&self, req: &RequestView<'_>) -> Result<Option<String>, RenderError> {
-        let _ = req;
-        unimplemented!("template rendering")
+        let mut out = String::with_capacity(self.source.len() + 32);
+        let mut resolved = true;
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                Part::Placeholder(source) => match resolve(source, req)? {
+                    Some(value) => out.push_str(&value),
+                    None => resolved = false,
+                },
+            }
+        }
+        Ok(resolved.then_some(out))
     }
 }
 
 impl FieldPath {
     /// Parse a dotted path such as `a.b.0.c`.
+    /// `None` for an empty path or an empty segment (`a..b`, `.a`, `a.`). Object keys
+    /// that themselves contain `.` cannot be addressed.
     pub fn parse(text: &str) -> Option<FieldPath> {
-        let _ = text;
-        unimplemented!("field path parsing")
+        let segments: Vec<String> = text.split('.').map(str::to_owned).collect();
+        if segments.iter().any(String::is_empty) {
+            return None;
+        }
+        Some(FieldPath(segments))
+    }
+
+    pub fn segments(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("."))
+    }
+}
+
+// === rendering ===
+//
+// Value rules (SPEC §2): a JSON string is used as is, a number or boolean as its JSON
+// text, an object or array as canonical JSON; null or missing means unresolved. An empty
+// value (header, query parameter, JSON string, zero-segment wildcard) is no identity
+// either and also counts as unresolved — except a present-but-empty `Idempotency-Key`,
+// which is invalid.
+
+/// The one header with its own syntax (bare token or RFC 8941 sf-string).
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+fn resolve<'a>(
+    source: &Source,
+    req: &RequestView<'a>,
+) -> Result<Option<Cow<'a, str>>, RenderError> {
+    let value = match source {
+        Source::Path(name) => req.captures.get(name).map(Cow::Borrowed),
+        Source::Body(path) => body_field(req.body, path)?,
+        Source::Query(name) => req.query.and_then(|q| query_param(q, name)),
+        Source::Header(name) if name.as_str() == IDEMPOTENCY_KEY => {
+            idempotency_key(req.headers)?.map(Cow::Owned)
+        }
+        Source::Header(name) => header(req.headers, name).map(Cow::Borrowed),
+        Source::Method => Some(Cow::Borrowed(req.method.as_str())),
+        Source::Route => Some(Cow::Borrowed(req.route)),
+        Source::BodyHash => Some(Cow::Owned(body_hash(req.body)?)),
+    };
+    Ok(value.filter(|v| !v.is_empty()))
+}
+
+/// `{body.a.b.0}`. Errors if the body is not JSON, or if the field holds a number the
+/// parse rounded (see [`BodyView::is_exact`]): two different requests would share a key.
+fn body_field<'a>(
+    body: &'a BodyView,
+    path: &FieldPath,
+) -> Result<Option<Cow<'a, str>>, RenderError> {
+    let json = body.json().ok_or(RenderError::BodyNotJson)?;
+    let Some(value) = lookup(json, path) else {
+        return Ok(None);
+    };
+    if !body.is_exact() && has_float(value) {
+        return Err(RenderError::Invalid(format!(
+            "the JSON body has a number with more digits than a 64-bit float holds, and \
+             `{{body.{path}}}` contains a non-integer or very large number; send such \
+             numbers as JSON strings"
+        )));
+    }
+    Ok(json_text(value))
+}
+
+/// Walk a field path; numeric segments index arrays and are ordinary keys in objects.
+pub(crate) fn lookup<'v>(root: &'v Value, path: &FieldPath) -> Option<&'v Value> {
+    path.0.iter().try_fold(root, |value, segment| match value {
+        Value::Object(map) => map.get(segment),
+        Value::Array(items) => items.get(array_index(segment)?),
+        _ => None,
+    })
+}
+
+/// A canonical decimal index: digits only, no sign, no leading zero (`0` itself is fine).
+fn array_index(segment: &str) -> Option<usize> {
+    let canonical = segment.bytes().all(|b| b.is_ascii_digit())
+        && !(segment.len() > 1 && segment.starts_with('0'));
+    canonical.then(|| segment.parse().ok()).flatten()
+}
+
+fn json_text(value: &Value) -> Option<Cow<'_, str>> {
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Bool(b) => Some(Cow::Borrowed(if *b { "true" } else { "false" })),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
+        Value::Array(_) | Value::Object(_) => Some(Cow::Owned(canonical::to_string(value))),
+    }
+}
+
+/// Whether `value` contains a number stored as `f64` (the only kind that can be rounded).
+fn has_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        _ => false,
+    }
+}
+
+/// Lowercase hex SHA-256 of the canonical JSON body (of the raw bytes when the body has
+/// a number the parse would round; see [`BodyView::is_exact`]).
+fn body_hash(body: &BodyView) -> Result<String, RenderError> {
+    body.json().ok_or(RenderError::BodyNotJson)?;
+    let (_, bytes) = body.identity_bytes();
+    Ok(hex::encode(Sha256::digest(bytes)))
+}
+
+/// First occurrence of `name` in an `application/x-www-form-urlencoded` query: names and
+/// values percent-decoded, `+` as space.
+fn query_param<'q>(query: &'q str, name: &str) -> Option<Cow<'q, str>> {
+    query
+        .split('&')
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find(|(n, _)| form_decode(n) == name)
+        .map(|(_, value)| form_decode(value))
+}
+
+/// Form decoding. Invalid UTF-8 becomes U+FFFD, which key validation then rejects.
+fn form_decode(text: &str) -> Cow<'_, str> {
+    if !text.contains(['+', '%']) {
+        return Cow::Borrowed(text);
+    }
+    let spaced = text.replace('+', " ");
+    Cow::Owned(percent_decode_str(&spaced).decode_utf8_lossy().into_owned())
+}
+
+/// First value, trimmed of optional whitespace; unresolved unless printable ASCII.
+fn header<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
+    let value = trim_ows(headers.get(name)?.as_bytes());
+    is_printable(value)
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
+}
+
+/// `Idempotency-Key`: absent → unresolved; present but empty, not printable ASCII, or
+/// a malformed sf-string → invalid. A value starting with `"` is an sf-string.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, RenderError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let value = trim_ows(value.as_bytes());
+    let key = match value.first() {
+        Some(b'"') => parse_sf_string(value)?,
+        _ if is_printable(value) => String::from_utf8_lossy(value).into_owned(),
+        _ => {
+            return Err(RenderError::Invalid(
+                "the Idempotency-Key header is not printable ASCII".to_owned(),
+            ))
+        }
+    };
+    if key.is_empty() {
+        return Err(RenderError::Invalid(
+            "the Idempotency-Key header is present but empty".to_owned(),
+        ));
+    }
+    Ok(Some(key))
+}
+
+/// RFC 8941 §3.3.3 sf-string: `"` then printable ASCII with `\"` and `\\` escapes, then
+/// `"` and nothing after it.
+fn parse_sf_string(value: &[u8]) -> Result<String, RenderError> {
+    let malformed = |why: &str| {
+        RenderError::Invalid(format!(
+            "the Idempotency-Key header is a malformed sf-string: {why}"
+        ))
+    };
+    let mut out = String::with_capacity(value.len());
+    let mut bytes = value.iter().skip(1);
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&e @ (b'"' | b'\\')) => out.push(char::from(e)),
+                _ => return Err(malformed("`\\` must escape `\"` or `\\`")),
+            },
+            b'"' if bytes.len() == 0 => return Ok(out),
+            b'"' => return Err(malformed("text after the closing quote")),
+            0x20..=0x7E => out.push(char::from(b)),
+            _ => return Err(malformed("a character that is not printable ASCII")),
+        }
+    }
+    Err(malformed("no closing quote"))
+}
+
+fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
+
+/// Printable ASCII, 0x20..=0x7E (what a rendered key may contain).
+fn is_printable(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| (0x20..=0x7E).contains(b))
+}
+
+// === parsing helpers ===
+
+fn flush_literal(parts: &mut Vec<Part>, literal: &mut String) {
+    if !literal.is_empty() {
+        parts.push(Part::Literal(std::mem::take(literal)));
+    }
+}
+
+/// The text between `{` and `}`.
+fn parse_placeholder(inner: &str) -> Result<Source, TemplateError> {
+    match inner {
+        "method" => return Ok(Source::Method),
+        "route" => return Ok(Source::Route),
+        "body_hash" => return Ok(Source::BodyHash),
+        _ => {}
+    }
+    let Some((kind, name)) = inner.split_once('.') else {
+        return Err(TemplateError::Unknown(inner.to_owned()));
+    };
+    if name.is_empty() && matches!(kind, "path" | "body" | "query" | "header") {
+        return Err(TemplateError::EmptyName(inner.to_owned()));
+    }
+    let invalid = |reason| TemplateError::InvalidName {
+        placeholder: inner.to_owned(),
+        reason,
+    };
+    match kind {
+        "path" if crate::route::is_valid_name(name) => Ok(Source::Path(name.to_owned())),
+        "path" => Err(invalid(
+            "a path capture name has only letters, digits and `_`",
+        )),
+        "body" => FieldPath::parse(name)
+            .map(Source::Body)
+            .ok_or_else(|| invalid("a field path has no empty segments (`a.b.0`)")),
+        "query" => Ok(Source::Query(name.to_owned())),
+        "header" => HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+            .map(Source::Header)
+            .map_err(|_| invalid("not a valid HTTP header name")),
+        _ => Err(TemplateError::Unknown(inner.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(text: &str) -> Vec<Part> {
+        Template::parse(text).unwrap().parts().to_vec()
+    }
+
+    fn lit(s: &str) -> Part {
+        Part::Literal(s.to_owned())
+    }
+
+    fn ph(source: Source) -> Part {
+        Part::Placeholder(source)
+    }
+
+    fn field(path: &str) -> Source {
+        Source::Body(FieldPath::parse(path).unwrap())
+    }
+
+    #[test]
+    fn parses_every_placeholder_kind() {
+        assert_eq!(
+            parts("charge:{path.invoice_id}"),
+            [lit("charge:"), ph(Source::Path("invoice_id".into()))]
+        );
+        assert_eq!(
+            parts("{body.a.b.0.c}{query.q}-{header.X-Task-Id}"),
+            [
+                ph(field("a.b.0.c")),
+                ph(Source::Query("q".into())),
+                lit("-"),
+                ph(Source::Header(HeaderName::from_static("x-task-id"))),
+            ]
+        );
+        assert_eq!(
+            parts("{method} {route} {body_hash}"),
+            [
+                ph(Source::Method),
+                lit(" "),
+                ph(Source::Route),
+                lit(" "),
+                ph(Source::BodyHash),
+            ]
+        );
+    }
+
+    #[test]
+    fn doubled_braces_are_literal_and_merge() {
+        assert_eq!(parts("{{a}}"), [lit("{a}")]);
+        assert_eq!(
+            parts("x{{{method}}}y"),
+            [lit("x{"), ph(Source::Method), lit("}y")]
+        );
+        assert_eq!(parts("é{{ü"), [lit("é{ü")]);
+        assert!(parts("").is_empty());
+        assert!(Template::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn keeps_source_and_reports_uses() {
+        let t = Template::parse("t:{body.id}:{path.a}:{path.b}").unwrap();
+        assert_eq!(t.as_str(), "t:{body.id}:{path.a}:{path.b}");
+        assert!(t.uses_body());
+        assert_eq!(t.path_names().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(Template::parse("{body_hash}").unwrap().uses_body());
+        assert!(!Template::parse("{header.x}").unwrap().uses_body());
+    }
+
+    #[test]
+    fn rejects_malformed_templates() {
+        use TemplateError::*;
+        let e = |t: &str| Template::parse(t).unwrap_err();
+        assert_eq!(e("a{path.x"), Unclosed(1));
+        assert_eq!(e("a}b"), UnmatchedClose(1));
+        assert_eq!(e("{nope}"), Unknown("nope".into()));
+        assert_eq!(e("{}"), Unknown("".into()));
+        assert_eq!(e("{path}"), Unknown("path".into()));
+        assert_eq!(e("{cookie.a}"), Unknown("cookie.a".into()));
+        assert_eq!(e("{ method }"), Unknown(" method ".into()));
+        assert_eq!(e("{path.}"), EmptyName("path.".into()));
+        assert_eq!(e("{header.}"), EmptyName("header.".into()));
+        assert_eq!(e("{body.}"), EmptyName("body.".into()));
+        assert_eq!(e("{query.}"), EmptyName("query.".into()));
+        assert!(matches!(e("{path.a-b}"), InvalidName { .. }));
+        assert!(matches!(e("{body.a..b}"), InvalidName { .. }));
+        assert!(matches!(e("{header.a b}"), InvalidName { .. }));
+        assert!(matches!(e("{header.é}"), InvalidName { .. }));
+        assert!(e("{nope}").to_string().contains("{path.NAME}"));
+        assert!(e("{header.a:b}").to_string().contains("header name"));
+    }
+
+    // --- rendering ---
+
+    use bytes::Bytes;
+    use http::HeaderValue;
+
+    /// Owns what a `RequestView` borrows.
+    struct Req {
+        method: Method,
+        captures: Captures,
+        query: Option<String>,
+        headers: HeaderMap,
+        body: BodyView,
+    }
+
+    impl Req {
+        fn new() -> Req {
+            Req {
+                method: Method::POST,
+                captures: Captures::default(),
+                query: None,
+                headers: HeaderMap::new(),
+                body: BodyView::default(),
+            }
+        }
+
+        fn body(mut self, text: &str) -> Req {
+            self.body = BodyView::new(Bytes::copy_from_slice(text.as_bytes()));
+            self
+        }
+
+        fn query(mut self, q: &str) -> Req {
+            self.query = Some(q.to_owned());
+            self
+        }
+
+        fn header(mut self, name: &'static str, value: &[u8]) -> Req {
+            self.headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+            self
+        }
+
+        fn capture(mut self, name: &str, value: &str) -> Req {
+            let mut pairs: Vec<(String, String)> = self
+                .captures
+                .iter()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect();
+            pairs.push((name.to_owned(), value.to_owned()));
+            self.captures = pairs.into_iter().collect();
+            self
+        }
+
+        fn render(&self, template: &str) -> Result<Option<String>, RenderError> {
+            let view = RequestView {
+                method: &self.method,
+                route: "charge_invoice",
+                captures: &self.captures,
+                query: self.query.as_deref(),
+                headers: &self.headers,
+                body: &self.body,
+            };
+            Template::parse(template).unwrap().render(&view)
+        }
+
+        fn ok(&self, template: &str) -> Option<String> {
+            self.render(template).unwrap()
+        }
+    }
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_owned())
+    }
+
+    #[test]
+    fn renders_literals_path_method_route() {
+        let r = Req::new().capture("invoice_id", "inv_1");
+        assert_eq!(r.ok("charge:{path.invoice_id}"), some("charge:inv_1"));
+        assert_eq!(r.ok("{method}/{route}"), some("POST/charge_invoice"));
+        assert_eq!(r.ok("{{x}}"), some("{x}"));
+        assert_eq!(r.ok(""), some(""));
+        assert_eq!(r.ok("{path.other}"), None);
+        assert_eq!(Req::new().capture("rest", "").ok("{path.rest}"), None);
+    }
+
+    #[test]
+    fn body_values_follow_the_spec_rules() {
+        let r = Req::new().body(
+            r#"{"s":"inv_1","n":42,"f":1.5,"t":true,"z":null,"e":"",
+                "o":{"b":1,"a":[2,{"d":3,"c":4}]},"arr":[{"id":"x"},{"id":"y"}],
+                "0":"zero-key","deep":{"a":{"b":{"0":{"c":"k"}}}}}"#,
+        );
+        assert_eq!(r.ok("{body.s}"), some("inv_1"));
+        assert_eq!(r.ok("{body.n}"), some("42"));
+        assert_eq!(r.ok("{body.f}"), some("1.5"));
+        assert_eq!(r.ok("{body.t}"), some("true"));
+        assert_eq!(r.ok("{body.o}"), some(r#"{"a":[2,{"c":4,"d":3}],"b":1}"#));
+        assert_eq!(r.ok("{body.arr.1.id}"), some("y"));
+        assert_eq!(r.ok("{body.0}"), some("zero-key"));
+        assert_eq!(r.ok("{body.deep.a.b.0.c}"), some("k"));
+        assert_eq!(r.ok("{body.o.a.1.c}"), some("4"));
+        for missing in [
+            "{body.z}",
+            "{body.e}",
+            "{body.nope}",
+            "{body.arr.2.id}",
+            "{body.arr.01.id}",
+            "{body.arr.+1.id}",
+            "{body.arr.-1.id}",
+            "{body.arr.x}",
+            "{body.s.0}",
+            "{body.n.a}",
+            "{body.arr.99999999999999999999999}",
+            "x{body.s}{body.z}",
+        ] {
+            assert_eq!(r.ok(missing), None, "{missing}");
+        }
+    }
+
+    #[test]
+    fn body_placeholders_need_a_json_body() {
+        for body in ["", "a=1", "{\"a\":", "[[[[[["] {
+            let r = Req::new().body(body);
+            assert_eq!(
+                r.render("{body.a}"),
+                Err(RenderError::BodyNotJson),
+                "{body}"
+            );
+            assert_eq!(r.render("{body_hash}"), Err(RenderError::BodyNotJson));
+            // The error wins over another placeholder being missing.
+            assert_eq!(
+                r.render("{header.x}{body.a}"),
+                Err(RenderError::BodyNotJson)
+            );
+            assert_eq!(r.ok("{method}"), some("POST"));
+        }
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        let r = Req::new().body(&deep);
+        assert_eq!(r.render("{body.0}"), Err(RenderError::BodyNotJson));
+    }
+
+    #[test]
+    fn body_hash_is_hex_sha256_of_canonical_json() {
+        let a = Req::new()
+            .body(r#"{"b":1,"a":[1,2]}"#)
+            .ok("{body_hash}")
+            .unwrap();
+        let b = Req::new()
+            .body("{ \"a\": [1, 2],\n \"b\": 1 }")
+            .ok("{body_hash}");
+        assert_eq!(Some(a.clone()), b);
+        let expected = hex::encode(Sha256::digest(br#"{"a":[1,2],"b":1}"#));
+        assert_eq!(a, expected);
+        assert_eq!(a.len(), 64);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        let c = Req::new().body(r#"{"b":2,"a":[1,2]}"#).ok("{body_hash}");
+        assert_ne!(Some(a), c);
+    }
+
+    #[test]
+    fn rounded_numbers_never_share_a_key() {
+        let a = Req::new().body(r#"{"acct":12345678901234567890123,"id":"x"}"#);
+        let b = Req::new().body(r#"{"acct":12345678901234567890124,"id":"x"}"#);
+        assert!(matches!(
+            a.render("{body.acct}"),
+            Err(RenderError::Invalid(_))
+        ));
+        let msg = a.render("{body.acct}").unwrap_err().to_string();
+        assert!(msg.contains("body.acct") && msg.contains("string"), "{msg}");
+        // Unaffected fields still render; the hash falls back to the raw bytes.
+        assert_eq!(a.ok("{body.id}"), some("x"));
+        assert_ne!(a.ok("{body_hash}"), b.ok("{body_hash}"));
+    }
+
+    #[test]
+    fn query_params() {
+        let r = Req::new().query("a=1&b=x+y%21&a=2&c=&d&e%5B0%5D=v&bad=%FF");
+        assert_eq!(r.ok("{query.a}"), some("1"));
+        assert_eq!(r.ok("{query.b}"), some("x y!"));
+        assert_eq!(r.ok("{query.e[0]}"), some("v"));
+        assert_eq!(r.ok("{query.bad}"), some("\u{FFFD}"));
+        for missing in ["{query.c}", "{query.d}", "{query.zz}"] {
+            assert_eq!(r.ok(missing), None, "{missing}");
+        }
+        assert_eq!(Req::new().ok("{query.a}"), None);
+        assert_eq!(Req::new().query("").ok("{query.a}"), None);
+        assert_eq!(
+            Req::new().query("%=1&%zz=2").ok("{query.%}:{query.%zz}"),
+            some("1:2")
+        );
+    }
+
+    #[test]
+    fn headers() {
+        let r = Req::new()
+            .header("x-task-id", b"task-1")
+            .header("x-task-id", b"task-2")
+            .header("x-step", b" 3 ")
+            .header("x-empty", b"")
+            .header("x-blank", b"   ")
+            .header("x-utf8", "é".as_bytes())
+            .header("x-obs", b"a\xffb")
+            .header("x-space", b"a b");
+        assert_eq!(r.ok("{header.x-task-id}:{header.X-Step}"), some("task-1:3"));
+        assert_eq!(r.ok("{header.x-space}"), some("a b"));
+        for missing in [
+            "{header.x-empty}",
+            "{header.x-blank}",
+            "{header.x-utf8}",
+            "{header.x-obs}",
+            "{header.x-none}",
+        ] {
+            assert_eq!(r.ok(missing), None, "{missing}");
+        }
+    }
+
+    #[test]
+    fn idempotency_key_header() {
+        let key = |value: &[u8]| {
+            Req::new()
+                .header("idempotency-key", value)
+                .render("{header.Idempotency-Key}")
+        };
+        assert_eq!(Req::new().ok("{header.idempotency-key}"), None);
+        assert_eq!(key(b"abc-123"), Ok(some("abc-123")));
+        assert_eq!(
+            key(b"8e03978e-40d5-43e8-bc93-6894a57f9324"),
+            Ok(some("8e03978e-40d5-43e8-bc93-6894a57f9324"))
+        );
+        assert_eq!(key(b"\"abc\""), Ok(some("abc")));
+        assert_eq!(key(b" \"a b\" "), Ok(some("a b")));
+        assert_eq!(key(br#""a\"b\\c""#), Ok(some(r#"a"b\c"#)));
+        assert_eq!(key(b"a b"), Ok(some("a b")));
+        for invalid in [
+            &b""[..],
+            b"  ",
+            b"\"\"",
+            b"\"abc",
+            b"\"abc\"x",
+            b"\"a\"b\"",
+            br#""a\x""#,
+            br#""a\"#,
+            b"\"\t\"",
+            b"\"\xc3\xa9\"",
+            b"\xc3\xa9",
+            b"a\tb",
+        ] {
+            let got = key(invalid);
+            assert!(
+                matches!(got, Err(RenderError::Invalid(_))),
+                "{:?} → {got:?}",
+                String::from_utf8_lossy(invalid)
+            );
+        }
+        let msg = key(b"").unwrap_err().to_string();
+        assert!(msg.contains("present but empty"), "{msg}");
+        let msg = key(b"\"abc").unwrap_err().to_string();
+        assert!(msg.contains("sf-string"), "{msg}");
+    }
+
+    #[test]
+    fn field_paths() {
+        assert_eq!(
+            FieldPath::parse("a.b.0").unwrap().segments(),
+            ["a", "b", "0"]
+        );
+        assert_eq!(FieldPath::parse("a.b.0").unwrap().to_string(), "a.b.0");
+        for bad in ["", ".", "a.", ".a", "a..b"] {
+            assert_eq!(FieldPath::parse(bad), None, "{bad}");
+        }
     }
 }
