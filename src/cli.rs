@@ -26,6 +26,8 @@ pub enum Command {
     },
     /// Inspect or release an idempotency key through the admin API.
     Keys(KeysArgs),
+    /// Watch idem stop double charges: a guided demo on loopback, no setup needed.
+    Demo,
 }
 
 #[derive(Debug, clap::Args)]

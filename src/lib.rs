@@ -18,6 +18,7 @@ pub mod body;
 pub mod canonical;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod key;
 pub mod metrics;
 pub mod proxy;

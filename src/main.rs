@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Check { config } => check(&config),
         Command::Keys(args) => runtime.block_on(keys(args)),
+        Command::Demo => runtime.block_on(demo()),
     }
 }
 
@@ -126,6 +127,16 @@ async fn keys(args: KeysArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("idem: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn demo() -> ExitCode {
+    match idem::demo::run(&mut std::io::stdout()).await {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idem demo: {e}");
             ExitCode::FAILURE
         }
     }
