@@ -11,15 +11,19 @@
 //! its successor's record. The store never sees HTTP types: only [`StoreKey`]s and
 //! [`Record`]s.
 
+mod codec;
 pub mod memory;
 pub mod record;
 pub mod redis;
+mod task;
 pub mod watch;
 
 use std::time::Duration;
 
+pub use memory::MemoryStore;
 pub use record::{Record, RecordState, StoredResponse, Token};
-pub use watch::Watch;
+pub use redis::RedisStore;
+pub use watch::{Watch, Watchers};
 
 use crate::key::StoreKey;
 

@@ -1,13 +1,21 @@
-//! The idempotency record and its wire encoding.
+//! The idempotency record and its constructors.
 //!
-//! Encoding (so a Lua script can check ownership with one `string.sub`):
-//! `state byte ('P' in progress | 'C' completed)` + `32 hex chars of fencing token` +
-//! `'\n'` + compact JSON metadata + `'\n'` + raw response body bytes.
+//! The wire encoding lives in [`codec`](super::codec): `state byte` + `token hex` + `\n`
+//! + JSON metadata + `\n` + raw body, laid out so a Lua script can check ownership with
+//! one `string.sub(value, 2, 33)`.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 
+pub use super::codec::{decode, encode};
+
 /// A 128-bit random fencing token, unique per reservation (and per attempt).
+///
+/// Every write after the reservation compares it, so a stale owner whose lease was
+/// taken over can never overwrite or delete its successor's record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Token(pub [u8; 16]);
 
@@ -47,4 +55,157 @@ pub struct StoredResponse {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `None` when the body exceeded `max_response_bytes` and was not kept.
     pub body: Option<Bytes>,
+}
+
+/// Wall-clock unix milliseconds, for the informational timestamps in records.
+///
+/// Expiry itself is enforced by the backend's TTL (Redis `PX`, the memory store's
+/// monotonic deadline), never by comparing these values.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn after_ms(now: u64, ttl: Duration) -> u64 {
+    now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
+// === impl Token ===
+
+impl Token {
+    /// A fresh token from the thread-local CSPRNG: unguessable, so no other proxy can
+    /// forge ownership of a reservation.
+    pub fn random() -> Token {
+        Token(rand::random())
+    }
+
+    /// Parses the 32 lowercase hex characters written by `Display`.
+    pub fn from_hex(hex: &[u8]) -> Option<Token> {
+        if hex.len() != 32 || hex.iter().any(u8::is_ascii_uppercase) {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        hex::decode_to_slice(hex, &mut out).ok()?;
+        Some(Token(out))
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+// === impl Record ===
+
+impl Record {
+    /// A fresh in-progress reservation (attempt 1, new random token) whose lease ends
+    /// after `lease`.
+    pub fn in_progress(
+        route: &str,
+        scope: &str,
+        key: &str,
+        fingerprint: [u8; 32],
+        credentials: [u8; 32],
+        lease: Duration,
+    ) -> Record {
+        let now = now_ms();
+        Record {
+            state: RecordState::InProgress,
+            token: Token::random(),
+            route: route.to_owned(),
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            fingerprint,
+            credentials,
+            attempt: 1,
+            created_at_ms: now,
+            expires_at_ms: after_ms(now, lease),
+            response: None,
+        }
+    }
+
+    /// The same reservation with its lease extended (same token: renewals are
+    /// `replace_if_owner` with this record).
+    pub fn renewed(&self, lease: Duration) -> Record {
+        Record {
+            expires_at_ms: after_ms(now_ms(), lease),
+            ..self.clone()
+        }
+    }
+
+    /// The completed form of this in-progress record, kept for `retention`.
+    pub fn completed(&self, response: StoredResponse, retention: Duration) -> Record {
+        Record {
+            state: RecordState::Completed,
+            expires_at_ms: after_ms(now_ms(), retention),
+            response: Some(response),
+            ..self.clone()
+        }
+    }
+
+    /// A new in-progress attempt taking over this record (`on_failure: retry`): new
+    /// token, attempt + 1, same identity and creation time.
+    pub fn next_attempt(&self, lease: Duration) -> Record {
+        Record {
+            state: RecordState::InProgress,
+            token: Token::random(),
+            attempt: self.attempt.saturating_add(1),
+            expires_at_ms: after_ms(now_ms(), lease),
+            response: None,
+            ..self.clone()
+        }
+    }
+
+    pub fn is_completed(&self) -> bool {
+        self.state == RecordState::Completed
+    }
+
+    /// Time left until `expires_at_ms` (zero once past), e.g. for `Retry-After`.
+    pub fn remaining(&self) -> Duration {
+        Duration::from_millis(self.expires_at_ms.saturating_sub(now_ms()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_hex_round_trips() {
+        let t = Token::random();
+        let hex = t.to_string();
+        assert_eq!(hex.len(), 32);
+        assert_eq!(Token::from_hex(hex.as_bytes()), Some(t));
+        assert_ne!(Token::random(), t);
+        assert_eq!(Token::from_hex(hex.to_uppercase().as_bytes()), None);
+        assert_eq!(Token::from_hex(b"zz"), None);
+    }
+
+    #[test]
+    fn constructors_keep_identity_and_move_state() {
+        let r = Record::in_progress("r", "s", "k", [1; 32], [2; 32], Duration::from_secs(30));
+        assert_eq!(r.attempt, 1);
+        assert!(!r.is_completed());
+        assert!(r.remaining() > Duration::from_secs(29));
+        let resp = StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: Some(Bytes::from_static(b"ok")),
+        };
+        let c = r.completed(resp.clone(), Duration::from_secs(3600));
+        assert!(c.is_completed());
+        assert_eq!((c.token, &c.response), (r.token, &Some(resp)));
+        let n = c.next_attempt(Duration::from_secs(30));
+        assert_eq!(
+            (n.attempt, n.state, n.response),
+            (2, RecordState::InProgress, None)
+        );
+        assert_ne!(n.token, r.token);
+        assert_eq!(r.renewed(Duration::from_secs(60)).token, r.token);
+    }
 }

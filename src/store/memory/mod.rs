@@ -1,0 +1,256 @@
+//! In-process store: the embedded default for a single replica.
+//!
+//! Built like mini-redis's `db.rs`: records live in `std::sync::Mutex`-guarded maps
+//! (16 shards chosen by the key's first byte, so unrelated keys rarely contend), no
+//! lock is ever held across an `.await` — every operation is a short critical section
+//! — and a background task purges expired records until the last handle drops.
+//!
+//! Atomicity per key comes from doing check and write under one shard lock. The store
+//! is bounded: a new key beyond `max_records` first evicts the completed record that
+//! expires soonest; in-progress records are never evicted (that would let a duplicate
+//! execute while the first call runs), so with only those left `reserve` fails `Full`.
+
+mod shard;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::shard::{Entry, Shard};
+use super::task::AbortOnDrop;
+use super::{Record, Reserve, StoreError, Token, Watch, Watchers};
+use crate::key::StoreKey;
+
+const SHARDS: usize = 16;
+/// Expired records are already invisible; purging only returns their memory.
+const PURGE_INTERVAL: Duration = Duration::from_secs(1);
+/// Rounds of "make room, retry" before `reserve` reports `Full` under contention.
+const ROOM_ATTEMPTS: usize = 8;
+
+/// Handle to the in-process store; clones share the same records.
+#[derive(Clone)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+    /// Stops the purge task when the last clone drops.
+    _purge: Arc<AbortOnDrop>,
+}
+
+struct Shared {
+    shards: Vec<Mutex<Shard>>,
+    /// Records held across all shards (expired ones count until removed). Slots are
+    /// claimed with a compare-and-swap *before* inserting, so it never exceeds `max`.
+    len: AtomicUsize,
+    max: usize,
+    watchers: Watchers,
+}
+
+// === impl MemoryStore ===
+
+impl MemoryStore {
+    /// A store holding at most `max_records` records. Must be called inside a tokio
+    /// runtime: it spawns the purge task.
+    pub fn new(max_records: usize) -> MemoryStore {
+        let shared = Arc::new(Shared {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            len: AtomicUsize::new(0),
+            max: max_records,
+            watchers: Watchers::new(),
+        });
+        let task = tokio::spawn(purge(shared.clone()));
+        MemoryStore {
+            shared,
+            _purge: Arc::new(AbortOnDrop(task)),
+        }
+    }
+
+    /// Records currently held, including expired ones not yet purged.
+    pub fn len(&self) -> usize {
+        self.shared.len.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub async fn reserve(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        lease: Duration,
+    ) -> Result<Reserve, StoreError> {
+        for _ in 0..ROOM_ATTEMPTS {
+            {
+                let mut shard = self.shared.shard(key);
+                let now = Instant::now();
+                if let Some(e) = shard.get_live(key, now) {
+                    return Ok(Reserve::Exists(e.record.clone()));
+                }
+                self.shared.remove(&mut shard, key);
+                if self.shared.claim_slot() {
+                    shard.insert(*key, entry(record, now, lease));
+                    return Ok(Reserve::Won);
+                }
+            }
+            // Full: make room without holding the key's shard (eviction locks others).
+            if !self.shared.make_room() {
+                break;
+            }
+        }
+        Err(StoreError::Full(self.shared.max))
+    }
+
+    pub async fn replace_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        notify: bool,
+    ) -> Result<bool, StoreError> {
+        {
+            let mut shard = self.shared.shard(key);
+            let now = Instant::now();
+            if !shard
+                .get_live(key, now)
+                .is_some_and(|e| e.record.token == *owner)
+            {
+                return Ok(false);
+            }
+            shard.insert(*key, entry(record, now, ttl));
+        }
+        if notify {
+            self.shared.watchers.notify(key);
+        }
+        Ok(true)
+    }
+
+    pub async fn release_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+    ) -> Result<bool, StoreError> {
+        {
+            let mut shard = self.shared.shard(key);
+            if !shard
+                .get_live(key, Instant::now())
+                .is_some_and(|e| e.record.token == *owner)
+            {
+                return Ok(false);
+            }
+            self.shared.remove(&mut shard, key);
+        }
+        self.shared.watchers.notify(key);
+        Ok(true)
+    }
+
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        let shard = self.shared.shard(key);
+        Ok(shard
+            .get_live(key, Instant::now())
+            .map(|e| e.record.clone()))
+    }
+
+    pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let existed = {
+            let mut shard = self.shared.shard(key);
+            let live = shard.get_live(key, Instant::now()).is_some();
+            self.shared.remove(&mut shard, key);
+            live
+        };
+        if existed {
+            self.shared.watchers.notify(key);
+        }
+        Ok(existed)
+    }
+
+    pub fn watch(&self, key: &StoreKey) -> Watch {
+        self.shared.watchers.watch(key)
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+fn entry(record: &Record, now: Instant, ttl: Duration) -> Entry {
+    // A TTL too large for `Instant` means "effectively forever" (100 years).
+    let deadline = now
+        .checked_add(ttl)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
+    Entry {
+        record: record.clone(),
+        deadline,
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    fn shard(&self, key: &StoreKey) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[usize::from(key.0[0]) % SHARDS])
+    }
+
+    /// Removes `key`'s entry (live or expired) from a locked shard, keeping `len` exact.
+    fn remove(&self, shard: &mut Shard, key: &StoreKey) {
+        if shard.remove(key).is_some() {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn claim_slot(&self) -> bool {
+        self.len
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn purge_expired(&self, now: Instant) {
+        for shard in &self.shards {
+            let purged = lock(shard).purge(now);
+            self.len.fetch_sub(purged, Ordering::AcqRel);
+        }
+    }
+
+    /// Frees a slot: drop expired records, else evict the completed record expiring
+    /// soonest. Locks one shard at a time, so it cannot deadlock with key operations.
+    fn make_room(&self) -> bool {
+        self.purge_expired(Instant::now());
+        if self.len.load(Ordering::Acquire) < self.max {
+            return true;
+        }
+        for _ in 0..ROOM_ATTEMPTS {
+            let candidate = (0..SHARDS)
+                .filter_map(|i| lock(&self.shards[i]).soonest_completed().map(|c| (c, i)))
+                .min();
+            let Some(((deadline, key), i)) = candidate else {
+                return false;
+            };
+            let mut shard = lock(&self.shards[i]);
+            if shard.evict(&key, deadline) {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Critical sections never panic halfway, so a poisoned lock holds consistent data.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn purge(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(PURGE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.purge_expired(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+//! One shard of the memory store: a map plus two deadline indexes.
+
+use std::collections::{BTreeSet, HashMap};
+
+use tokio::time::Instant;
+
+use crate::key::StoreKey;
+use crate::store::Record;
+
+/// A stored record and the monotonic instant it stops being visible.
+pub(super) struct Entry {
+    pub(super) record: Record,
+    pub(super) deadline: Instant,
+}
+
+/// Records of the keys that hash to this shard.
+///
+/// The indexes are `BTreeSet<(deadline, key)>` like mini-redis's `expirations`, so both
+/// "what has expired" and "which completed record expires soonest" are the first items.
+#[derive(Default)]
+pub(super) struct Shard {
+    entries: HashMap<StoreKey, Entry>,
+    /// Every entry, for purging expired ones.
+    by_deadline: BTreeSet<(Instant, StoreKey)>,
+    /// Completed entries only: the eviction candidates. In-progress records are never
+    /// evicted, since that would let a duplicate execute while the first call runs.
+    completed: BTreeSet<(Instant, StoreKey)>,
+}
+
+impl Shard {
+    /// The entry for `key` if it has not expired at `now`.
+    pub(super) fn get_live(&self, key: &StoreKey, now: Instant) -> Option<&Entry> {
+        self.entries.get(key).filter(|e| e.deadline > now)
+    }
+
+    /// Stores `entry`, replacing any previous one. Returns whether it replaced one
+    /// (so the caller's record count only grows for new keys).
+    pub(super) fn insert(&mut self, key: StoreKey, entry: Entry) -> bool {
+        let replaced = self.remove(&key).is_some();
+        self.by_deadline.insert((entry.deadline, key));
+        if entry.record.is_completed() {
+            self.completed.insert((entry.deadline, key));
+        }
+        self.entries.insert(key, entry);
+        replaced
+    }
+
+    pub(super) fn remove(&mut self, key: &StoreKey) -> Option<Entry> {
+        let entry = self.entries.remove(key)?;
+        self.by_deadline.remove(&(entry.deadline, *key));
+        self.completed.remove(&(entry.deadline, *key));
+        Some(entry)
+    }
+
+    /// Removes every entry whose deadline is at or before `now`; returns how many.
+    pub(super) fn purge(&mut self, now: Instant) -> usize {
+        let mut purged = 0;
+        while let Some(&(deadline, key)) = self.by_deadline.first() {
+            if deadline > now {
+                break;
+            }
+            self.remove(&key);
+            purged += 1;
+        }
+        purged
+    }
+
+    /// The completed record that expires soonest.
+    pub(super) fn soonest_completed(&self) -> Option<(Instant, StoreKey)> {
+        self.completed.first().copied()
+    }
+
+    /// Evicts `key` if it is still the completed entry with `deadline` (it may have
+    /// changed since [`Shard::soonest_completed`] looked, without the lock held).
+    pub(super) fn evict(&mut self, key: &StoreKey, deadline: Instant) -> bool {
+        self.completed.contains(&(deadline, *key)) && self.remove(key).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::StoredResponse;
+
+    fn entry(completed: bool, deadline: Instant) -> Entry {
+        let r = Record::in_progress("r", "", "k", [0; 32], [0; 32], Duration::ZERO);
+        let record = if completed {
+            let resp = StoredResponse {
+                status: 200,
+                headers: vec![],
+                body: None,
+            };
+            r.completed(resp, Duration::ZERO)
+        } else {
+            r
+        };
+        Entry { record, deadline }
+    }
+
+    #[test]
+    fn indexes_follow_inserts_replacements_and_purges() {
+        let now = Instant::now();
+        let s = Duration::from_secs(1);
+        let (a, b, c) = (StoreKey([1; 32]), StoreKey([2; 32]), StoreKey([3; 32]));
+        let mut shard = Shard::default();
+        assert!(!shard.insert(a, entry(false, now + s)));
+        assert!(!shard.insert(b, entry(true, now + 3 * s)));
+        assert!(!shard.insert(c, entry(true, now + 2 * s)));
+        assert_eq!(shard.soonest_completed(), Some((now + 2 * s, c)));
+        // Completing `a` makes it the soonest eviction candidate.
+        assert!(shard.insert(a, entry(true, now + s)));
+        assert_eq!(shard.soonest_completed(), Some((now + s, a)));
+        assert!(!shard.evict(&a, now + 5 * s), "stale candidate");
+        assert!(shard.evict(&a, now + s));
+        assert!(
+            shard.get_live(&c, now + 2 * s).is_none(),
+            "expired at deadline"
+        );
+        assert_eq!(shard.purge(now + 2 * s), 1);
+        assert_eq!(shard.entries.len(), 1);
+        assert_eq!(shard.soonest_completed(), Some((now + 3 * s, b)));
+    }
+}

@@ -1,0 +1,249 @@
+//! Redis backend (standalone; Cluster and Sentinel are later variants of [`connect`]).
+//!
+//! - Store key: `key_prefix` + hex(`StoreKey`). Event channel: `{key_prefix}events`.
+//! - Every operation is one round trip, bounded by `op_timeout` ([`StoreError::Timeout`]);
+//!   any Redis or connection error is [`StoreError::Unavailable`].
+//! - Commands share one multiplexed, self-reconnecting connection ([`conn`]); wake-ups
+//!   come from one pub/sub subscription per store ([`subscriber`]). Both start in the
+//!   background: [`RedisStore::connect`] succeeds even while Redis is down.
+//!
+//! [`connect`]: RedisStore::connect
+
+mod conn;
+mod scripts;
+mod subscriber;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Client, RedisResult};
+use tokio::time::timeout;
+
+use self::conn::Conn;
+use self::subscriber::Subscriber;
+use super::record::{decode, encode};
+use super::task::AbortOnDrop;
+use super::{Record, Reserve, StoreError, Token, Watch, Watchers};
+use crate::config::{RedisConfig, RedisMode};
+use crate::key::StoreKey;
+
+/// Handle to a Redis store; clones share connections, subscription and watchers.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Arc<Conn>,
+    /// With `wait_replicas > 0`, reservations and their `WAIT` use a connection of their
+    /// own (see [`RedisStore::reserve`]); otherwise this is `conn`.
+    reserve_conn: Arc<Conn>,
+    prefix: Arc<str>,
+    channel: Arc<str>,
+    op_timeout: Duration,
+    wait_replicas: u32,
+    watchers: Watchers,
+    subscribed: Arc<AtomicBool>,
+    /// Stops the subscriber and health tasks when the last clone drops.
+    _tasks: Arc<[AbortOnDrop; 2]>,
+}
+
+impl RedisStore {
+    /// Builds the store and starts its background tasks. Fails only on configuration
+    /// problems (bad URL, unsupported mode); an unreachable Redis is logged and retried
+    /// in the background while operations fail with `Unavailable` or `Timeout`.
+    pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
+        if cfg.mode != RedisMode::Standalone {
+            let msg = format!("redis mode {:?} is not supported yet", cfg.mode);
+            return Err(StoreError::Unavailable(msg));
+        }
+        let client = Client::open(cfg.url.as_str())
+            .map_err(|e| StoreError::Unavailable(format!("cannot use redis url: {e}")))?;
+        let conn = Arc::new(Conn::new(client.clone(), cfg.op_timeout)?);
+        let reserve_conn = match cfg.wait_replicas {
+            0 => conn.clone(),
+            _ => Arc::new(Conn::new(client.clone(), cfg.op_timeout)?),
+        };
+        let mut conns = vec![conn.clone()];
+        if !Arc::ptr_eq(&conn, &reserve_conn) {
+            conns.push(reserve_conn.clone());
+        }
+        let watchers = Watchers::new();
+        let subscribed = Arc::new(AtomicBool::new(false));
+        let channel: Arc<str> = format!("{}events", cfg.key_prefix).into();
+        let subscriber = Subscriber {
+            client,
+            channel: channel.to_string(),
+            watchers: watchers.clone(),
+            subscribed: subscribed.clone(),
+            timeout: cfg.op_timeout.max(Duration::from_secs(1)),
+        };
+        let tasks = [
+            AbortOnDrop(tokio::spawn(subscriber.run())),
+            AbortOnDrop(tokio::spawn(conn::health(conns, cfg.op_timeout))),
+        ];
+        let store = RedisStore {
+            conn,
+            reserve_conn,
+            prefix: cfg.key_prefix.as_str().into(),
+            channel,
+            op_timeout: cfg.op_timeout,
+            wait_replicas: cfg.wait_replicas,
+            watchers,
+            subscribed,
+            _tasks: Arc::new(tasks),
+        };
+        if let Err(e) = store.ping().await {
+            tracing::warn!(error = %e, "redis not reachable at startup; retrying in the background");
+        }
+        Ok(store)
+    }
+
+    /// Whether the event subscription is currently up (wake-ups from other replicas
+    /// only arrive while it is).
+    pub fn is_subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Acquire)
+    }
+
+    /// `SET key value NX GET PX lease`: one round trip that both reserves and, for a
+    /// loser, returns the existing record (Redis ≥ 7.0).
+    ///
+    /// With `wait_replicas = N > 0`, a winner then sends `WAIT N op_timeout`, so the
+    /// reservation is on N replicas before the upstream is called and survives a
+    /// failover. Trade-offs: every reservation costs a second round trip and up to
+    /// `op_timeout` more while replicas lag; too few acks are only logged (refusing the
+    /// request would turn a replica outage into a proxy outage; the reservation is in
+    /// place on the primary either way). `WAIT` blocks its whole client connection, so
+    /// reservations then use a connection of their own: a lagging replica slows new
+    /// reservations but never completions or lease renewals.
+    pub async fn reserve(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        lease: Duration,
+    ) -> Result<Reserve, StoreError> {
+        let mut conn = self.reserve_conn.manager();
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.store_key(key))
+            .arg(encode(record))
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(millis(lease));
+        let existing: Option<Vec<u8>> = self.bounded(cmd.query_async(&mut conn)).await?;
+        if let Some(bytes) = existing {
+            return Ok(Reserve::Exists(decode(&bytes)?));
+        }
+        if self.wait_replicas > 0 {
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(self.wait_replicas).arg(millis(self.op_timeout));
+            // Redis answers WAIT itself after `op_timeout`; allow it that long plus one.
+            let acked = timeout(self.op_timeout * 2, wait.query_async::<u32>(&mut conn)).await;
+            match acked {
+                Ok(Ok(n)) if n >= self.wait_replicas => {}
+                Ok(Ok(n)) => tracing::warn!(acked = n, wanted = self.wait_replicas, key = %key,
+                    "reservation not yet on enough replicas; a failover now could lose it"),
+                Ok(Err(e)) => tracing::warn!(error = %e, key = %key, "WAIT for replicas failed"),
+                Err(_) => tracing::warn!(key = %key, "WAIT for replicas timed out"),
+            }
+        }
+        Ok(Reserve::Won)
+    }
+
+    pub async fn replace_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        notify: bool,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn.manager();
+        let mut script = scripts::REPLACE_IF_OWNER.prepare_invoke();
+        script
+            .key(self.store_key(key))
+            .arg(owner.to_string())
+            .arg(encode(record))
+            .arg(millis(ttl))
+            .arg(if notify { &*self.channel } else { "" })
+            .arg(key.to_string());
+        let replaced: i64 = self.bounded(script.invoke_async(&mut conn)).await?;
+        if replaced == 1 && notify {
+            // Local waiters need not wait for the round trip through pub/sub.
+            self.watchers.notify(key);
+        }
+        Ok(replaced == 1)
+    }
+
+    pub async fn release_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn.manager();
+        let mut script = scripts::RELEASE_IF_OWNER.prepare_invoke();
+        script
+            .key(self.store_key(key))
+            .arg(owner.to_string())
+            .arg(&*self.channel)
+            .arg(key.to_string());
+        let released: i64 = self.bounded(script.invoke_async(&mut conn)).await?;
+        if released == 1 {
+            self.watchers.notify(key);
+        }
+        Ok(released == 1)
+    }
+
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        let mut conn = self.conn.manager();
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.store_key(key));
+        let bytes: Option<Vec<u8>> = self.bounded(cmd.query_async(&mut conn)).await?;
+        bytes.map(|b| decode(&b)).transpose()
+    }
+
+    pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let mut conn = self.conn.manager();
+        let mut script = scripts::DELETE.prepare_invoke();
+        script
+            .key(self.store_key(key))
+            .arg(&*self.channel)
+            .arg(key.to_string());
+        let deleted: i64 = self.bounded(script.invoke_async(&mut conn)).await?;
+        if deleted == 1 {
+            self.watchers.notify(key);
+        }
+        Ok(deleted == 1)
+    }
+
+    pub fn watch(&self, key: &StoreKey) -> Watch {
+        self.watchers.watch(key)
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.manager();
+        let ping = redis::cmd("PING");
+        self.bounded(ping.query_async::<String>(&mut conn))
+            .await
+            .map(drop)
+    }
+
+    fn store_key(&self, key: &StoreKey) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Bounds a Redis call by `op_timeout` and maps its errors.
+    async fn bounded<T>(&self, op: impl Future<Output = RedisResult<T>>) -> Result<T, StoreError> {
+        match timeout(self.op_timeout, op).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Timeout(self.op_timeout)),
+        }
+    }
+}
+
+/// Milliseconds for `PX`/`WAIT`: Redis rejects `PX 0`, and a sub-millisecond TTL
+/// rounds up rather than to "no expiry".
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, i64::MAX as u64)
+}

@@ -1,0 +1,62 @@
+//! Lua scripts for the fenced writes: check ownership and write in one round trip.
+//!
+//! A record's bytes 2..=33 (Lua's 1-based `string.sub`) are its fencing token in hex
+//! (see `store::codec`), so ownership is checked without parsing JSON in Lua. Scripts
+//! run atomically on the server: no other command interleaves between the check and
+//! the write, which is what a bare `SET`/`EXPIRE`/`DEL` after a `GET` cannot promise.
+//!
+//! [`Script`] sends `EVALSHA` and falls back to loading the script on `NOSCRIPT`
+//! (after a Redis restart or `SCRIPT FLUSH`).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` new record; `ARGV[3]` TTL
+/// in ms; `ARGV[4]` channel to notify, or `""` for a silent write (lease renewal);
+/// `ARGV[5]` message (the hex store key). Returns 1 if replaced, 0 if not the owner.
+pub(super) static REPLACE_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local current = redis.call('GET', KEYS[1])
+if not current or string.sub(current, 2, 33) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
+return 1
+",
+    )
+});
+
+/// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` channel; `ARGV[3]`
+/// message. Returns 1 if deleted (and published), 0 if not the owner.
+pub(super) static RELEASE_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local current = redis.call('GET', KEYS[1])
+if not current or string.sub(current, 2, 33) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+",
+    )
+});
+
+/// Admin delete: `KEYS[1]` store key; `ARGV[1]` channel; `ARGV[2]` message. Returns 1
+/// if a record existed (and watchers were notified), else 0.
+pub(super) static DELETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('DEL', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1
+",
+    )
+});

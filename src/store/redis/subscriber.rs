@@ -1,0 +1,113 @@
+//! The one pub/sub subscription of a `RedisStore`, feeding its [`Watchers`].
+//!
+//! Completions, releases and deletes `PUBLISH` the hex store key on
+//! `{key_prefix}events` from inside the same Lua script that writes, so every replica
+//! learns of a change within one network hop — no polling, and no waiter ever holds a
+//! command connection (the "waiters starve the writer" bug).
+//!
+//! The subscription uses its own connection (`client.get_async_pubsub()`, which works
+//! with RESP2 and RESP3 alike) in a reconnect loop rather than RESP3 pushes on the
+//! command `ConnectionManager`: the loop knows exactly when it is (re)subscribed, and
+//! at that moment it wakes *every* watcher, because anything published while it was not
+//! subscribed is lost and waiters must re-read. A periodic PING on the subscription
+//! detects a connection that died silently.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::PubSub;
+use redis::{Client, Msg};
+use tokio::time::{sleep, timeout};
+
+use crate::key::StoreKey;
+use crate::store::Watchers;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What the subscriber task needs; everything is shared with the store handle.
+pub(super) struct Subscriber {
+    pub(super) client: Client,
+    pub(super) channel: String,
+    pub(super) watchers: Watchers,
+    /// Set while the subscription is up (exposed as `RedisStore::is_subscribed`).
+    pub(super) subscribed: Arc<AtomicBool>,
+    /// Bound for connecting, subscribing and health PINGs.
+    pub(super) timeout: Duration,
+}
+
+impl Subscriber {
+    /// Subscribes, dispatches messages, and resubscribes after any loss, until the
+    /// store's guard aborts the task.
+    pub(super) async fn run(self) {
+        let mut backoff = MIN_BACKOFF;
+        let mut failures = 0u32;
+        loop {
+            match timeout(self.timeout, self.subscribe()).await {
+                Ok(Ok(pubsub)) => {
+                    tracing::debug!(channel = %self.channel, "redis subscription established");
+                    backoff = MIN_BACKOFF;
+                    failures = 0;
+                    self.subscribed.store(true, Ordering::Release);
+                    // Anything published while we were not subscribed was missed.
+                    self.watchers.notify_all();
+                    self.listen(pubsub).await;
+                    self.subscribed.store(false, Ordering::Release);
+                    tracing::warn!(channel = %self.channel, "redis subscription lost; resubscribing");
+                }
+                Ok(Err(e)) => self.log_failure(&mut failures, &e.to_string()),
+                Err(_) => self.log_failure(&mut failures, "timed out"),
+            }
+            sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn subscribe(&self) -> redis::RedisResult<PubSub> {
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        pubsub.subscribe(&self.channel).await?;
+        Ok(pubsub)
+    }
+
+    /// Returns when the connection is lost or stops answering PINGs.
+    async fn listen(&self, pubsub: PubSub) {
+        let (mut sink, mut stream) = pubsub.split();
+        let mut ping = tokio::time::interval(PING_INTERVAL);
+        ping.tick().await; // the first tick is immediate
+        loop {
+            tokio::select! {
+                msg = stream.next() => match msg {
+                    Some(msg) => self.dispatch(&msg),
+                    None => return,
+                },
+                _ = ping.tick() => {
+                    let pong = sink.ping::<redis::Value>();
+                    if !matches!(timeout(self.timeout, pong).await, Ok(Ok(_))) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, msg: &Msg) {
+        let mut key = [0u8; 32];
+        match hex::decode_to_slice(msg.get_payload_bytes(), &mut key) {
+            Ok(()) => self.watchers.notify(&StoreKey(key)),
+            Err(_) => tracing::debug!(channel = %self.channel, "ignoring malformed event"),
+        }
+    }
+
+    fn log_failure(&self, failures: &mut u32, error: &str) {
+        *failures += 1;
+        // Once per outage at warn level; the health loop reports the outage too.
+        if *failures == 1 {
+            tracing::warn!(channel = %self.channel, %error, "cannot subscribe to redis events; retrying");
+        } else {
+            tracing::debug!(channel = %self.channel, %error, failures = *failures, "redis subscribe failed");
+        }
+    }
+}

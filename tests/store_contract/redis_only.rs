@@ -1,0 +1,215 @@
+//! Redis-only behaviour: key layout, outages (stopped, never started, paused) and
+//! recovery without re-creating the store, replica waits, unsupported modes.
+
+use std::time::{Duration, Instant};
+
+use idem::config::RedisMode;
+use idem::store::{RedisStore, Reserve, Store, StoreError};
+use tokio::time::{sleep, timeout};
+
+use super::support::redis::RedisServer;
+use super::support::store::{
+    assert_within, completed, in_progress, key, redis_config, subscribed, wait_subscribed,
+    OP_TIMEOUT,
+};
+use super::{won, LEASE, RETENTION, WAKE_BOUND};
+
+/// A failing operation must answer within `op_timeout` plus this.
+const MARGIN: Duration = Duration::from_millis(200);
+const RECOVERY: Duration = Duration::from_secs(5);
+
+/// Every operation fails with `Unavailable` or `Timeout`, each within the bound.
+async fn assert_failing_fast(store: &Store) {
+    let r = in_progress(LEASE);
+    for _ in 0..3 {
+        let start = Instant::now();
+        let results = [
+            store.reserve(&key(1), &r, LEASE).await.err(),
+            store.get(&key(1)).await.err(),
+            store
+                .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
+                .await
+                .err(),
+            store.ping().await.err(),
+        ];
+        for e in results {
+            let e = e.expect("an operation succeeded without redis");
+            assert!(
+                matches!(e, StoreError::Unavailable(_) | StoreError::Timeout(_)),
+                "{e:?}"
+            );
+        }
+        assert_within(
+            "four failing operations",
+            start.elapsed(),
+            4 * (OP_TIMEOUT + MARGIN),
+        );
+    }
+}
+
+/// Polls until `ping` succeeds; returns how long recovery took.
+async fn wait_recovered(store: &Store) -> Duration {
+    let start = Instant::now();
+    while store.ping().await.is_err() {
+        assert!(
+            start.elapsed() < RECOVERY,
+            "not recovered within {RECOVERY:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_prefixed_hex_with_the_lease_as_ttl() {
+    let server = RedisServer::start();
+    let store = subscribed(&server.url()).await;
+    let mine = in_progress(LEASE);
+    store.reserve(&key(0xab), &mine, LEASE).await.unwrap();
+    let name = format!("idem:{}", "ab".repeat(32));
+    let pttl: u64 = server.command(&["PTTL", &name])[1..]
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(pttl > 29_000 && pttl <= 30_000, "PTTL {pttl}");
+    let done = completed(&mine, RETENTION);
+    store
+        .replace_if_owner(&key(0xab), &mine.token, &done, RETENTION, true)
+        .await
+        .unwrap();
+    let pttl: u64 = server.command(&["PTTL", &name])[1..]
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        pttl > 3_500_000,
+        "completion sets the retention TTL, got {pttl}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
+    let mut server = RedisServer::start();
+    let (a, b) = (
+        subscribed(&server.url()).await,
+        subscribed(&server.url()).await,
+    );
+    let (store, other) = (Store::Redis(a.clone()), Store::Redis(b.clone()));
+    store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await
+        .unwrap();
+
+    server.stop();
+    assert_failing_fast(&store).await;
+    server.start_again();
+    let took = wait_recovered(&store).await;
+    eprintln!("recovered {took:?} after restart");
+
+    // The restarted server is empty and has no scripts loaded (EVALSHA falls back).
+    let mine = in_progress(LEASE);
+    assert!(won(store.reserve(&key(1), &mine, LEASE).await));
+    // Both subscriptions are back: a completion on `store` wakes a waiter on `other`.
+    wait_subscribed(&a, RECOVERY).await;
+    wait_subscribed(&b, RECOVERY).await;
+    let mut watch = other.watch(&key(1));
+    let done = completed(&mine, RETENTION);
+    let start = Instant::now();
+    assert!(store
+        .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
+        .await
+        .unwrap());
+    timeout(WAKE_BOUND, watch.changed())
+        .await
+        .expect("woken after resubscribe");
+    assert_within("wake-up after restart", start.elapsed(), WAKE_BOUND);
+    assert_eq!(other.get(&key(1)).await.unwrap(), Some(done));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_while_redis_is_down_and_connects_later() {
+    let mut server = RedisServer::start();
+    server.stop();
+    let start = Instant::now();
+    let redis = RedisStore::connect(&redis_config(&server.url()))
+        .await
+        .expect("starts anyway");
+    assert_within(
+        "connect with redis down",
+        start.elapsed(),
+        OP_TIMEOUT + MARGIN,
+    );
+    assert!(!redis.is_subscribed());
+    let store = Store::Redis(redis.clone());
+    assert_failing_fast(&store).await;
+
+    server.start_again();
+    let took = wait_recovered(&store).await;
+    eprintln!("connected {took:?} after redis came up");
+    assert!(won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+    wait_subscribed(&redis, RECOVERY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_times_out_then_recovers() {
+    let server = RedisServer::start();
+    let store = Store::Redis(subscribed(&server.url()).await);
+    store.ping().await.unwrap();
+    server.pause();
+    for _ in 0..2 {
+        let start = Instant::now();
+        let e = store.get(&key(1)).await.expect_err("paused redis answered");
+        assert!(
+            matches!(e, StoreError::Timeout(t) if t == OP_TIMEOUT),
+            "{e:?}"
+        );
+        assert_within(
+            "timeout on paused redis",
+            start.elapsed(),
+            OP_TIMEOUT + MARGIN,
+        );
+    }
+    server.resume();
+    wait_recovered(&store).await;
+    assert!(won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_replicas_without_replicas_still_reserves() {
+    let server = RedisServer::start();
+    let mut cfg = redis_config(&server.url());
+    cfg.wait_replicas = 1;
+    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let start = Instant::now();
+    assert!(won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+    let took = start.elapsed();
+    // WAIT gave up after op_timeout (no replica exists); the reservation stands.
+    assert!(
+        took >= OP_TIMEOUT && took <= 2 * OP_TIMEOUT + MARGIN,
+        "{took:?}"
+    );
+    let dup = store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(dup, Reserve::Exists(_)));
+}
+
+#[tokio::test]
+async fn cluster_and_sentinel_are_refused_clearly_for_now() {
+    for mode in [RedisMode::Cluster, RedisMode::Sentinel] {
+        let mut cfg = redis_config("redis://127.0.0.1:1/0");
+        cfg.mode = mode;
+        match RedisStore::connect(&cfg).await {
+            Err(StoreError::Unavailable(msg)) => assert!(msg.contains("not supported"), "{msg}"),
+            Err(e) => panic!("unexpected error {e:?}"),
+            Ok(_) => panic!("mode {mode:?} accepted"),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! A private `redis-server` per test: free loopback port, no persistence, killed on drop.
+//!
+//! Tests never touch a shared Redis: each starts its own instance, so they can stop,
+//! restart and pause it (`SIGSTOP`) to exercise outages, and run in parallel.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// A running (or stopped, or paused) `redis-server` child process.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    /// Working directory for the server (it writes nothing with `--save ""`, but never
+    /// let it write into the repository).
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port and waits until it answers `PING`.
+    pub fn start() -> RedisServer {
+        let mut server = RedisServer {
+            port: 0,
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir for redis-server"),
+        };
+        // The free port is released before redis-server binds it, so a parallel test
+        // may grab it first: then pick another.
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            server.port = free_port();
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("cannot start redis-server: {last_error}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server (like a crash: no graceful shutdown).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            self.signal("CONT"); // a stopped process cannot die until continued
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a fresh, empty server on the same port.
+    pub fn start_again(&mut self) {
+        if let Err(e) = self.spawn() {
+            panic!("cannot restart redis-server on port {}: {e}", self.port);
+        }
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "redis-server not found: install it (Debian: apt-get install redis-server) \
+                 — the tests start their own instances"
+            ),
+            Err(e) => panic!("cannot start redis-server: {e}"),
+        };
+        self.child = Some(child);
+        let ready = self.wait_ready();
+        if ready.is_err() {
+            self.stop();
+        }
+        ready
+    }
+
+    /// Freezes the server (`SIGSTOP`): connections stay open but nothing is answered.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a paused server (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Sends one command as raw RESP and returns the raw reply text, for assertions on
+    /// what is stored (key names, TTLs) without going through the code under test.
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut stream = TcpStream::connect(self.addr()).expect("connect to redis-server");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream
+            .write_all(req.as_bytes())
+            .expect("write to redis-server");
+        let mut reply = Vec::new();
+        read_reply(&mut BufReader::new(stream), &mut reply).expect("read from redis-server");
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .args([&format!("-{sig}"), &child.id().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill -{sig} failed");
+        }
+    }
+
+    /// Waits until *our* child answers on the port: another test's server that won
+    /// the port race would answer PING too, so the pid is checked.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + STARTUP;
+        let pid = self.child.as_ref().map(Child::id).unwrap_or_default();
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return Err(format!(
+                    "exited at startup ({status}); port {} taken?",
+                    self.port
+                ));
+            }
+            if self.answers_ping() {
+                let info = self.command(&["INFO", "server"]);
+                if info.contains(&format!("process_id:{pid}\r\n")) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("did not answer PING in time".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answers_ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect_timeout(&self.addr(), Duration::from_millis(100))
+        else {
+            return false;
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .ok();
+        let mut buf = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut buf).is_ok()
+            && &buf == b"+PONG\r\n"
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Appends one complete RESP2 reply (simple, integer, error, bulk or array) to `out`.
+fn read_reply(r: &mut impl BufRead, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let start = out.len();
+    r.read_until(b'\n', out)?;
+    let line = String::from_utf8_lossy(&out[start..]).trim_end().to_owned();
+    let n: i64 = line.get(1..).and_then(|n| n.parse().ok()).unwrap_or(-1);
+    match line.as_bytes().first() {
+        Some(b'$') if n >= 0 => {
+            let mut body = vec![0; n as usize + 2];
+            r.read_exact(&mut body)?;
+            out.extend_from_slice(&body);
+        }
+        Some(b'*') => {
+            for _ in 0..n.max(0) {
+                read_reply(r, out)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A port the OS just handed out; released before redis-server binds it.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
