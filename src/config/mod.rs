@@ -1,9 +1,43 @@
 //! Typed, validated configuration.
 //!
-//! Pipeline: YAML text → `${VAR}` expansion → raw `File*` structs (`file.rs`, unknown
-//! fields rejected) → [`validate`] (every error collected, with file, line, column and
-//! field path) → [`Config`]. Nothing downstream ever sees a string that still needs
-//! parsing: durations are [`Duration`], sizes are `usize`, templates are compiled.
+//! Pipeline: YAML text → a positioned node tree (`yaml.rs`) → one walk that reads every
+//! field, expands `${VAR}` in string values (`env.rs`), parses units (`units.rs`) and
+//! checks cross-field rules (`validate.rs`), collecting every error with its file, line,
+//! column and field path (`error.rs`) → [`Config`]. Nothing downstream ever sees a string
+//! that still needs parsing: durations are [`Duration`], sizes are `usize`, templates are
+//! compiled.
+//!
+//! A route setting comes from the route itself, else `defaults:`, else the built-in
+//! default (`defaults.rs`). [`Config::for_upstream`] is the no-config setup.
+//!
+//! # Layout
+//! - `load.rs`: the entry points ([`Config::load`], [`Config::from_yaml_str`], …).
+//! - `yaml.rs`: YAML → nodes with positions; `walk.rs`: typed getters that collect errors.
+//! - `sections.rs`: `listen`, `server`, `admin`, `upstream`, `store`.
+//! - `routes.rs`, `policy.rs`, `values.rs`: `defaults:` and `routes:`.
+//! - `validate.rs`: cross-field and cross-route checks; `table.rs`: `idem check` output.
+//! - `choice.rs`: enum spellings; `units.rs`: durations and sizes; `env.rs`: `${VAR}`.
+
+mod choice;
+mod defaults;
+mod env;
+mod error;
+mod load;
+mod policy;
+mod routes;
+mod sections;
+mod table;
+mod units;
+mod validate;
+mod values;
+mod walk;
+mod yaml;
+
+pub use choice::Choice;
+pub use env::{expand as expand_env, EnvError};
+pub use error::{ConfigError, ConfigErrors, Pos};
+pub use sections::{parse_listen, parse_upstream_url};
+pub use units::{format_duration, format_size, parse_duration, parse_size};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,99 @@
+//! Entry points: a file, a string, or no file at all (`--upstream URL`).
+//!
+//! Every path ends in the same place: one walk over the document that returns either a
+//! [`Config`] (with its warnings) or every error found.
+
+use std::path::Path;
+
+use super::error::{ConfigError, ConfigErrors};
+use super::walk::Walker;
+use super::{defaults, env, routes, sections, yaml, Config};
+
+/// The top-level fields of a file.
+const TOP_FIELDS: &[&str] = &[
+    "listen", "server", "admin", "upstream", "store", "default", "defaults", "routes",
+];
+
+impl Config {
+    /// Load and validate a YAML file; `${VAR}` reads the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        Self::load_with_env(path, env::process_env)
+    }
+
+    /// [`Config::load`] with `${VAR}` looked up through `env` (tests inject variables).
+    pub fn load_with_env(
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors::single(Some(path), format!("cannot read the file: {e}")))?;
+        Self::from_yaml_str_with_env(&text, Some(path), env)
+    }
+
+    /// Parse and validate YAML text; `source` names the file in messages.
+    pub fn from_yaml_str(text: &str, source: Option<&Path>) -> Result<Config, ConfigErrors> {
+        Self::from_yaml_str_with_env(text, source, env::process_env)
+    }
+
+    /// [`Config::from_yaml_str`] with `${VAR}` looked up through `env`.
+    pub fn from_yaml_str_with_env(
+        text: &str,
+        source: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigErrors> {
+        let root = yaml::parse(text).map_err(|e| ConfigErrors::finish(vec![e], source))?;
+        let mut w = Walker::new(&env);
+        let config = walk(&mut w, &root);
+        match config {
+            Some(mut config) if w.errors.is_empty() => {
+                config.source = source.map(Path::to_path_buf);
+                config.warnings = ConfigErrors::finish(w.warnings, source)
+                    .into_iter()
+                    .map(|warning| warning.to_string())
+                    .collect();
+                Ok(config)
+            }
+            _ => Err(ConfigErrors::finish(w.errors, source)),
+        }
+    }
+
+    /// The SPEC's no-config defaults for `idem serve --upstream URL`: memory store and one
+    /// route `default` (POST/PUT/PATCH/DELETE on `/{path*}`, key
+    /// `{header.idempotency-key}`, `require_key: false`).
+    pub fn for_upstream(url: &str) -> Result<Config, ConfigErrors> {
+        let url = sections::parse_upstream_url(url).map_err(|e| {
+            ConfigErrors(vec![ConfigError::new(None, "upstream.url", e)])
+        })?;
+        defaults::for_upstream(url).map_err(|e| ConfigErrors::single(None, e))
+    }
+}
+
+/// Walk the whole document; `None` if a required part is missing or invalid.
+fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
+    let f = w.fields(root, "", TOP_FIELDS);
+    let listen = w.field(&f, "listen", sections::parse_listen);
+    let server = sections::server(w, f.get("server"));
+    let admin = sections::admin(w, f.get("admin"));
+    let upstream = sections::upstream(w, f.get("upstream"), &f);
+    let store = sections::store(w, f.get("store"));
+    let default = w.choice(&f, "default");
+    let routes = routes::read(w, f.get("defaults"), f.get("routes"));
+    if routes.is_empty() && f.get("routes").is_none() {
+        w.warn(
+            f.pos(),
+            "routes",
+            "no routes: every request is handled by `default` without idempotency",
+        );
+    }
+    Some(Config {
+        listen: listen.map_or(defaults::LISTEN, |a| a.value),
+        server,
+        admin,
+        upstream: upstream?,
+        store,
+        default: default.map_or(super::DefaultAction::Passthrough, |a| a.value),
+        routes,
+        warnings: Vec::new(),
+        source: None,
+    })
+}

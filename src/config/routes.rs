@@ -1,0 +1,114 @@
+//! `defaults:` and `routes:` → [`RoutePolicy`] per route.
+//!
+//! A route is its own fields, then `defaults:`, then the built-in defaults. Problems in a
+//! route never stop the walk: the next route is still read, so every route's errors come
+//! out together. A route is only built when its name, path and key are all valid.
+
+use std::sync::Arc;
+
+use super::policy::{PolicyFields, POLICY_FIELDS};
+use super::validate;
+use super::values;
+use super::walk::{At, Walker};
+use super::yaml::Node;
+use super::{OnConcurrent, RoutePolicy};
+use crate::route::PathTemplate;
+
+/// A route as read, before it becomes a [`RoutePolicy`]; kept for cross-route checks.
+pub(crate) struct ReadRoute {
+    pub name: At<String>,
+    pub path: At<PathTemplate>,
+    pub policy: RoutePolicy,
+}
+
+/// Read `defaults:` and every route; invalid routes are reported and left out.
+pub(crate) fn read(
+    w: &mut Walker<'_>,
+    defaults: Option<&Node>,
+    routes: Option<&Node>,
+) -> Vec<Arc<RoutePolicy>> {
+    let defaults = match defaults {
+        Some(node) => {
+            let f = w.fields(node, "defaults", POLICY_FIELDS);
+            PolicyFields::read(w, &f)
+        }
+        None => PolicyFields::default(),
+    };
+    let mut read = Vec::new();
+    if let Some(node) = routes {
+        for (path, item) in w.list(node, "routes") {
+            if let Some(route) = read_route(w, item, &path, &defaults) {
+                read.push(route);
+            }
+        }
+    }
+    check_default_wait_timeout(w, &defaults, &read);
+    validate::across_routes(w, &read);
+    read.into_iter().map(|r| Arc::new(r.policy)).collect()
+}
+
+fn read_route(
+    w: &mut Walker<'_>,
+    node: &Node,
+    path: &str,
+    defaults: &PolicyFields,
+) -> Option<ReadRoute> {
+    let mut allowed = vec!["name", "path"];
+    allowed.extend_from_slice(POLICY_FIELDS);
+    let f = w.fields(node, path, &allowed);
+    let name = w.field(&f, "name", values::route_name);
+    if f.get("name").is_none() {
+        w.error(node.pos, &f.path("name"), "missing: every route needs a name, e.g. name: charge_invoice");
+    }
+    let route_path = w.field(&f, "path", values::path_template);
+    if f.get("path").is_none() {
+        w.error(node.pos, &f.path("path"), "missing: every route needs a path, e.g. path: /invoices/{invoice_id}/charge");
+    }
+    let fields = PolicyFields::read(w, &f).or(defaults);
+    match &fields.key {
+        None if f.get("key").is_none() => w.error(
+            node.pos,
+            &f.path("key"),
+            "missing: a route needs at least one key alternative, e.g. key: \"charge:{path.invoice_id}\" \
+             (or key: \"{header.idempotency-key}\" to use the caller's header)",
+        ),
+        Some(key) if key.value.is_empty() => {
+            w.error(key.pos, &key.path, "list at least one key alternative");
+        }
+        _ => {}
+    }
+    let (name, route_path) = (name?, route_path?);
+    let key = fields.key.as_ref().filter(|k| !k.value.is_empty())?;
+    validate::route(w, &name.value, &route_path.value, &fields);
+    let alternatives = key.value.iter().map(|alt| alt.value.clone()).collect();
+    let mut policy = RoutePolicy::with_defaults(&name.value, route_path.value.clone(), alternatives);
+    fields.apply(&mut policy);
+    Some(ReadRoute {
+        name,
+        path: route_path,
+        policy,
+    })
+}
+
+/// `defaults.wait_timeout` is only pointless when no route waits at all; a route that
+/// sets `wait_timeout` itself is checked in [`validate::route`].
+fn check_default_wait_timeout(w: &mut Walker<'_>, defaults: &PolicyFields, routes: &[ReadRoute]) {
+    let Some(wait) = &defaults.wait_timeout else {
+        return;
+    };
+    let anyone_waits = routes
+        .iter()
+        .any(|r| r.policy.on_concurrent == OnConcurrent::Wait);
+    let defaults_wait = defaults
+        .on_concurrent
+        .as_ref()
+        .is_some_and(|c| c.value == OnConcurrent::Wait);
+    if !anyone_waits && !defaults_wait {
+        w.warn(
+            wait.pos,
+            &wait.path,
+            "ignored: no route has on_concurrent: wait, so duplicates get 409 at once; \
+             set on_concurrent: wait or drop wait_timeout",
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! The process-wide sections: `listen`, `server`, `admin`, `upstream`, `store`.
+//!
+//! Each starts from its built-in default and overwrites what the file sets, so an absent
+//! section or field simply keeps the default. Only `upstream.url` is required.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Uri;
+use redis::IntoConnectionInfo;
+
+use super::walk::{At, Fields, Walker};
+use super::yaml::Node;
+use super::{AdminConfig, Backend, RedisConfig, RedisMode, ServerConfig, StoreConfig};
+use super::UpstreamConfig;
+
+/// Parse an `IP:port` listen address.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.trim().parse().map_err(|_| {
+        format!("invalid address {text:?}; expected IP:port, e.g. 0.0.0.0:8080 or [::1]:8080")
+    })
+}
+
+/// Validate an upstream URL: `http` or `https`, a host, and nothing after the authority.
+///
+/// The result always carries an explicit port (80/443 by scheme) and path `/`, so the
+/// pipeline can use its authority as is. Shared by the file and `--upstream`.
+pub fn parse_upstream_url(text: &str) -> Result<Uri, String> {
+    let text = text.trim();
+    let uri: Uri = text
+        .parse()
+        .map_err(|e| format!("invalid URL {text:?}: {e}; expected e.g. http://127.0.0.1:3000"))?;
+    let default_port = match uri.scheme_str() {
+        Some("http") => 80,
+        Some("https") => 443,
+        _ => return Err(format!("invalid URL {text:?}: the scheme must be http or https")),
+    };
+    let Some(authority) = uri.authority() else {
+        return Err(format!("invalid URL {text:?}: it has no host"));
+    };
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "invalid URL {text:?}: credentials in the URL are not supported; the caller's \
+             headers are forwarded as they are"
+        ));
+    }
+    if authority.host().is_empty() {
+        return Err(format!("invalid URL {text:?}: it has no host"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "invalid URL {text:?}: a path or query is not supported; requests keep their own \
+             path, so give only scheme, host and port"
+        ));
+    }
+    let port = match authority.port_u16() {
+        Some(0) => return Err(format!("invalid URL {text:?}: port 0")),
+        Some(port) => port,
+        None => default_port,
+    };
+    Uri::builder()
+        .scheme(uri.scheme_str().unwrap_or("http"))
+        .authority(format!("{}:{port}", authority.host()))
+        .path_and_query("/")
+        .build()
+        .map_err(|e| format!("invalid URL {text:?}: {e}"))
+}
+
+/// Report a zero duration or count where zero would disable the feature by accident.
+pub(crate) fn nonzero<T: PartialEq + Default>(w: &mut Walker<'_>, at: Option<At<T>>) -> Option<T> {
+    let at = at?;
+    if at.value == T::default() {
+        w.error(at.pos, &at.path, "must be greater than 0");
+        return None;
+    }
+    Some(at.value)
+}
+
+fn set<T>(target: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *target = value;
+    }
+}
+
+pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
+    let mut cfg = ServerConfig::default();
+    let Some(node) = node else { return cfg };
+    let f = w.fields(
+        node,
+        "server",
+        &["header_read_timeout", "max_header_bytes", "max_connections", "shutdown_grace"],
+    );
+    let header_read_timeout = w.duration(&f, "header_read_timeout");
+    set(&mut cfg.header_read_timeout, nonzero(w, header_read_timeout));
+    let max_header_bytes = w.size(&f, "max_header_bytes");
+    set(&mut cfg.max_header_bytes, nonzero(w, max_header_bytes));
+    let max_connections = w.count(&f, "max_connections");
+    set(&mut cfg.max_connections, nonzero(w, max_connections));
+    set(&mut cfg.shutdown_grace, w.duration(&f, "shutdown_grace").map(|a| a.value));
+    cfg
+}
+
+pub(crate) fn admin(w: &mut Walker<'_>, node: Option<&Node>) -> AdminConfig {
+    let mut cfg = AdminConfig::default();
+    let Some(node) = node else { return cfg };
+    let f = w.fields(node, "admin", &["listen", "token"]);
+    set(&mut cfg.listen, w.field(&f, "listen", parse_listen).map(|a| a.value));
+    // `${IDEM_ADMIN_TOKEN:-}` with the variable unset gives "": no token.
+    cfg.token = w.string(&f, "token").map(|a| a.value).filter(|t| !t.is_empty());
+    cfg
+}
+
+/// `None` when the section or its URL is missing or invalid (already reported).
+pub(crate) fn upstream(w: &mut Walker<'_>, node: Option<&Node>, root: &Fields<'_>) -> Option<UpstreamConfig> {
+    let Some(node) = node else {
+        let message = "missing: idem needs the tool API it protects, e.g. `upstream: {url: http://127.0.0.1:3000}`";
+        w.error(root.pos(), "upstream", message);
+        return None;
+    };
+    let f = w.fields(node, "upstream", &["url", "connect_timeout", "timeout"]);
+    let url = w.field(&f, "url", parse_upstream_url);
+    if url.is_none() && f.get("url").is_none() {
+        w.error(node.pos, "upstream.url", "missing: e.g. `url: http://127.0.0.1:3000`");
+    }
+    let connect_timeout = w.duration(&f, "connect_timeout");
+    let connect_timeout = nonzero(w, connect_timeout);
+    let timeout = w.duration(&f, "timeout");
+    let timeout = nonzero(w, timeout);
+    let mut cfg = UpstreamConfig::new(url?.value);
+    set(&mut cfg.connect_timeout, connect_timeout);
+    set(&mut cfg.timeout, timeout);
+    Some(cfg)
+}
+
+pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
+    let mut cfg = StoreConfig::default();
+    let Some(node) = node else { return cfg };
+    let f = w.fields(node, "store", &["backend", "redis", "on_error"]);
+    set(&mut cfg.backend, w.choice(&f, "backend").map(|a| a.value));
+    set(&mut cfg.on_error, w.choice(&f, "on_error").map(|a| a.value));
+    if let Some(redis_node) = f.get("redis") {
+        cfg.redis = redis(w, redis_node, cfg.backend == Backend::Redis);
+    }
+    cfg
+}
+
+fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
+    let mut cfg = RedisConfig::default();
+    let f = w.fields(
+        node,
+        "store.redis",
+        &["url", "mode", "nodes", "sentinel_master", "key_prefix", "op_timeout", "wait_replicas"],
+    );
+    // URLs are checked by the Redis client's own parser (so `idem check` agrees with what
+    // connecting will do), but only when Redis is the backend: a memory deployment may
+    // carry an unused Redis section.
+    let check = |text: &str| -> Result<String, String> {
+        if in_use {
+            text.into_connection_info()
+                .map_err(|e| format!("invalid Redis URL: {e}; expected redis://[user:password@]host:port/db or rediss://…"))?;
+        }
+        Ok(text.to_string())
+    };
+    set(&mut cfg.url, w.field(&f, "url", check).map(|a| a.value));
+    let mode = w.choice(&f, "mode");
+    set(&mut cfg.mode, mode.as_ref().map(|a| a.value));
+    if let Some(nodes) = f.get("nodes") {
+        for (path, item) in w.list(nodes, "store.redis.nodes") {
+            if let Some(url) = w.parsed(item, &path, check) {
+                cfg.nodes.push(url.value);
+            }
+        }
+    }
+    set(&mut cfg.sentinel_master, w.string(&f, "sentinel_master").map(|a| a.value));
+    set(&mut cfg.key_prefix, w.string(&f, "key_prefix").map(|a| a.value));
+    let op_timeout: Option<At<Duration>> = w.duration(&f, "op_timeout");
+    set(&mut cfg.op_timeout, nonzero(w, op_timeout));
+    set(&mut cfg.wait_replicas, w.count(&f, "wait_replicas").map(|a| a.value));
+    if in_use && cfg.mode != RedisMode::Standalone && cfg.nodes.is_empty() {
+        let what = match cfg.mode {
+            RedisMode::Cluster => "cluster mode needs its seed nodes",
+            _ => "sentinel mode needs the sentinels' addresses",
+        };
+        let pos = mode.map_or(node.pos, |m| m.pos);
+        w.error(pos, "store.redis.nodes", format!("{what}, e.g. nodes: [\"redis://10.0.0.1:6379\"]"));
+    }
+    cfg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_url_gets_an_explicit_port() {
+        let uri = parse_upstream_url("http://127.0.0.1:3000").unwrap();
+        assert_eq!(uri.to_string(), "http://127.0.0.1:3000/");
+        assert_eq!(parse_upstream_url("https://api.example.com").unwrap().to_string(), "https://api.example.com:443/");
+        assert_eq!(parse_upstream_url("http://[::1]").unwrap().to_string(), "http://[::1]:80/");
+        assert_eq!(parse_upstream_url("http://tools/").unwrap().port_u16(), Some(80));
+    }
+
+    #[test]
+    fn upstream_url_rejects_what_it_cannot_honour() {
+        for (bad, why) in [
+            ("ftp://x", "http or https"),
+            ("127.0.0.1:3000", "http or https"),
+            ("http://x/api", "path"),
+            ("http://x?a=1", "path or query"),
+            ("http://u:p@x", "credentials"),
+            ("http://x:0", "port 0"),
+            ("", "invalid URL"),
+            ("http://", "invalid URL"),
+        ] {
+            let e = parse_upstream_url(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen("0.0.0.0:8080").unwrap().port(), 8080);
+        assert!(parse_listen("[::1]:9901").is_ok());
+        assert!(parse_listen("localhost:80").unwrap_err().contains("IP:port"));
+    }
+}

@@ -1,0 +1,131 @@
+//! The text `idem check` prints: where traffic goes, one row per route, then warnings.
+//!
+//! Durations are written the way a file would (`30s`, `1h30m`), and key alternatives one
+//! per line in order of preference, so the operator sees exactly which identity each
+//! route derives and what happens to a duplicate.
+
+use super::units::format_duration;
+use super::{Config, OnConcurrent, RoutePolicy};
+
+const HEADERS: [&str; 9] = [
+    "ROUTE",
+    "METHODS",
+    "PATH",
+    "KEY",
+    "LEASE",
+    "RETENTION",
+    "ON_CONCURRENT",
+    "ON_FAILURE",
+    "ON_AMBIGUOUS",
+];
+
+impl Config {
+    /// The route table and warnings, as `idem check` prints them.
+    pub fn route_table(&self) -> String {
+        let upstream = match self.upstream.url.authority() {
+            Some(authority) => {
+                format!("{}://{authority}", self.upstream.url.scheme_str().unwrap_or("http"))
+            }
+            None => self.upstream.url.to_string(),
+        };
+        let mut out = format!(
+            "listen {}  ->  upstream {upstream}\nadmin {}  store {}  unmatched requests: {}\n\n",
+            self.listen, self.admin.listen, self.store.backend, self.default
+        );
+        let mut rows = vec![HEADERS.iter().map(|h| vec![h.to_string()]).collect()];
+        rows.extend(self.routes.iter().map(|r| row(r)));
+        out.push_str(&render(&rows));
+        let routes = plural(self.routes.len(), "route");
+        let warnings = plural(self.warnings.len(), "warning");
+        out.push_str(&format!("\n{routes}, {warnings}\n"));
+        for warning in &self.warnings {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
+        out
+    }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// One route as cells; a cell may span several lines.
+fn row(r: &RoutePolicy) -> Vec<Vec<String>> {
+    let methods: Vec<&str> = r.methods.iter().map(|m| m.as_str()).collect();
+    let mut key: Vec<String> = r.key.iter().map(|k| k.as_str().to_string()).collect();
+    if !r.require_key {
+        key.push("(none: forwarded unprotected)".to_string());
+    }
+    let on_concurrent = match r.on_concurrent {
+        OnConcurrent::Wait => format!("wait {}", format_duration(r.wait_timeout)),
+        OnConcurrent::Conflict => "conflict".to_string(),
+    };
+    vec![
+        vec![r.name.clone()],
+        vec![methods.join(",")],
+        vec![r.path.as_str().to_string()],
+        key,
+        vec![format_duration(r.lease)],
+        vec![format_duration(r.retention)],
+        vec![on_concurrent],
+        vec![r.on_failure.to_string()],
+        vec![r.on_ambiguous.to_string()],
+    ]
+}
+
+/// Left-aligned columns two spaces apart; trailing spaces trimmed.
+fn render(rows: &[Vec<Vec<String>>]) -> String {
+    let columns = HEADERS.len();
+    let mut widths = vec![0; columns];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            let longest = cell.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+            widths[i] = widths[i].max(longest);
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let height = row.iter().map(Vec::len).max().unwrap_or(1);
+        for line in 0..height {
+            let mut text = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                let part = cell.get(line).map_or("", String::as_str);
+                text.push_str(&format!("{part:<width$}  ", width = widths[i]));
+            }
+            out.push_str(text.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align_and_cells_span_lines() {
+        let rows = vec![
+            vec![vec!["A".to_string()], vec!["B".to_string()]],
+            vec![
+                vec!["long".to_string()],
+                vec!["x".to_string(), "y".to_string()],
+            ],
+        ];
+        let mut rows: Vec<Vec<Vec<String>>> = rows;
+        for row in &mut rows {
+            row.resize(HEADERS.len(), vec![String::new()]);
+        }
+        assert_eq!(render(&rows), "A     B\nlong  x\n      y\n");
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(1, "route"), "1 route");
+        assert_eq!(plural(0, "warning"), "0 warnings");
+    }
+}
