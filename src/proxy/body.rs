@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
 use tokio::sync::mpsc;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -22,10 +22,6 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed_unsync()
-}
-
-pub fn empty() -> ProxyBody {
-    Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
 
 /// Stream an upstream body straight through (passthrough).

@@ -24,7 +24,7 @@ use super::lease::{renewing, LeaseHolder};
 use super::{problem, Inner};
 use crate::config::{OnAmbiguous, RoutePolicy};
 use crate::key::StoreKey;
-use crate::store::{record::now_ms, Record, StoredResponse};
+use crate::store::{Record, StoredResponse};
 
 /// One owned reservation about to be executed upstream.
 pub struct Call {

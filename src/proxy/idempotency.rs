@@ -21,7 +21,7 @@ use crate::config::{OnConcurrent, OnFailure, OnStoreError, RoutePolicy};
 use crate::key::{self, KeyError, StoreKey};
 use crate::metrics::{Outcome, StoreOp};
 use crate::route::Captures;
-use crate::store::{record::now_ms, Record, RecordState, Reserve, StoreError, Token};
+use crate::store::{Record, RecordState, Reserve, StoreError};
 use crate::template::RequestView;
 
 /// What the pipeline needs to answer and log one protected request.
@@ -95,7 +95,7 @@ pub async fn protect(
     let key = Some(intent.store_key);
 
     let deadline = Instant::now() + policy.wait_timeout;
-    let mut attempt_record = new_record(&policy, &intent, 1);
+    let mut attempt_record = new_record(&policy, &intent);
     loop {
         // Watch before reading, so a completion between the read and the wait is seen.
         let mut watch = (policy.on_concurrent == OnConcurrent::Wait)
@@ -145,7 +145,7 @@ pub async fn protect(
                     };
                 }
                 // A stored 4xx with `on_failure: retry`: take the key over for a new attempt.
-                let next = new_record(&policy, &intent, existing.attempt + 1);
+                let next = existing.next_attempt(policy.lease);
                 let started = Instant::now();
                 let taken = inner
                     .store
@@ -170,8 +170,8 @@ pub async fn protect(
                 }
             }
             _ => {
-                let remaining = existing.expires_at_ms.saturating_sub(now_ms());
-                let retry_after = remaining.div_ceil(1000).max(1);
+                let remaining = existing.remaining();
+                let retry_after = super::lease::retry_after_secs(&existing);
                 let now = Instant::now();
                 let Some(watch) = watch.as_mut().filter(|_| now < deadline) else {
                     return Handled::problem(
@@ -182,12 +182,12 @@ pub async fn protect(
                 };
                 // Wake on completion (pub/sub), at the lease's end (its owner may have died),
                 // or after a second as a safety net against a lost notification.
-                let wake = now + Duration::from_millis(remaining + 5).min(Duration::from_secs(1));
+                let wake = now + (remaining + Duration::from_millis(5)).min(Duration::from_secs(1));
                 tokio::select! {
                     _ = watch.changed() => {}
                     _ = tokio::time::sleep_until(wake.min(deadline).into()) => {}
                 }
-                attempt_record = new_record(&policy, &intent, 1);
+                attempt_record = new_record(&policy, &intent);
             }
         }
     }
@@ -223,21 +223,15 @@ fn derive(
     }))
 }
 
-fn new_record(policy: &RoutePolicy, intent: &Intent, attempt: u32) -> Record {
-    let now = now_ms();
-    Record {
-        state: RecordState::InProgress,
-        token: Token::random(),
-        route: policy.name.clone(),
-        scope: intent.scope.clone(),
-        key: intent.key.clone(),
-        fingerprint: intent.fingerprint,
-        credentials: intent.credentials,
-        attempt,
-        created_at_ms: now,
-        expires_at_ms: now + policy.lease.as_millis() as u64,
-        response: None,
-    }
+fn new_record(policy: &RoutePolicy, intent: &Intent) -> Record {
+    Record::in_progress(
+        &policy.name,
+        &intent.scope,
+        &intent.key,
+        intent.fingerprint,
+        intent.credentials,
+        policy.lease,
+    )
 }
 
 /// We own the key: forward once, with the key passed on, in a detached task.

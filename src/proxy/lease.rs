@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::Inner;
 use crate::key::StoreKey;
 use crate::metrics::StoreOp;
-use crate::store::{record::now_ms, Record, RecordState, StoredResponse};
+use crate::store::{Record, StoredResponse};
 
 pub struct LeaseHolder {
     inner: Arc<Inner>,
@@ -34,16 +34,11 @@ impl LeaseHolder {
 
     /// Seconds until the current lease ends (at least 1).
     pub fn remaining_secs(&self) -> u64 {
-        self.record
-            .expires_at_ms
-            .saturating_sub(now_ms())
-            .div_ceil(1000)
-            .max(1)
+        retry_after_secs(&self.record)
     }
 
     async fn renew(&mut self) {
-        let mut record = self.record.clone();
-        record.expires_at_ms = now_ms() + self.lease.as_millis() as u64;
+        let record = self.record.renewed(self.lease);
         let started = Instant::now();
         let result = self
             .inner
@@ -86,10 +81,7 @@ impl LeaseHolder {
     /// up the caller: the write is retried in the background until the lease would
     /// have ended, and meanwhile the in-progress record keeps repeats out.
     pub async fn complete(&self, response: StoredResponse, retention: Duration) {
-        let mut record = self.record.clone();
-        record.state = RecordState::Completed;
-        record.expires_at_ms = now_ms() + retention.as_millis() as u64;
-        record.response = Some(response);
+        let record = self.record.completed(response, retention);
         let started = Instant::now();
         let result = self.write_completion(&record, retention).await;
         self.inner
@@ -161,4 +153,9 @@ pub async fn renewing<F: Future>(mut holder: LeaseHolder, work: F) -> (LeaseHold
             _ = ticker.tick(), if holder.owned => holder.renew().await,
         }
     }
+}
+
+/// Whole seconds until `record`'s lease or retention ends, at least 1 (`Retry-After`).
+pub fn retry_after_secs(record: &Record) -> u64 {
+    (record.remaining().as_millis() as u64).div_ceil(1000).max(1)
 }

@@ -1,5 +1,9 @@
-//! Shared helpers for integration tests. Each test binary uses a subset.
+//! Shared helpers for integration tests: real processes on free loopback ports.
+//! Each test binary uses a subset.
 #![allow(dead_code)]
 
+pub mod env;
+pub mod harness;
 pub mod redis;
 pub mod store;
+pub mod upstream;
