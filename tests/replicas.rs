@@ -53,7 +53,8 @@ async fn a_waiter_on_another_replica_is_woken_promptly() {
     let env = Env::new(Backend::Redis).await;
     let a = env.idem(CHARGE).await;
     let b = env.idem(CHARGE).await;
-    let first = post(&url(&a, "/invoices/inv_z/charge"), &[("x-mock-delay-ms", "1500")], "{}");
+    let first_url = url(&a, "/invoices/inv_z/charge");
+    let first = post(&first_url, &[("x-mock-delay-ms", "1500")], "{}");
     let waiter = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = Instant::now();
