@@ -3,7 +3,7 @@
 //! the API, then through idem. Prints calls made vs charges executed.
 
 mod payments;
-mod scenario;
+pub mod scenario;
 
 use std::time::Duration;
 
