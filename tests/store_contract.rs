@@ -42,6 +42,7 @@ contract!(
     renewal_keeps_the_lease,
     completion_wakes_a_waiter_on_another_instance,
     release_and_delete_wake_waiters,
+    concurrent_takeovers_of_a_stored_failure_have_one_winner,
     waiters_do_not_starve_the_writer,
     binary_records_round_trip,
 );
@@ -229,6 +230,7 @@ async fn completion_wakes_a_waiter_on_another_instance(backend: Backend) {
         .await
         .expect("woken")
         .unwrap();
+    eprintln!("woken {:?} after completion", woken_at - completed_at);
     assert_within(
         "wake-up after completion",
         woken_at - completed_at,
@@ -258,6 +260,37 @@ async fn release_and_delete_wake_waiters(backend: Backend) {
     );
     assert!(!b.delete(&key(1)).await.unwrap());
     assert_eq!(a.get(&key(1)).await.unwrap(), None);
+}
+
+/// `on_failure: retry`: repeats of a stored 4xx take the record over with a new attempt
+/// by swapping on the stored token; only one of them may run the next attempt.
+async fn concurrent_takeovers_of_a_stored_failure_have_one_winner(backend: Backend) {
+    let stores = [backend.instance().await, backend.instance().await];
+    let first = in_progress(LEASE);
+    stores[0].reserve(&key(1), &first, LEASE).await.unwrap();
+    let failed = completed(&first, RETENTION);
+    stores[0]
+        .replace_if_owner(&key(1), &first.token, &failed, RETENTION, true)
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let (store, failed) = (stores[i % 2].clone(), failed.clone());
+            tokio::spawn(async move {
+                let next = failed.next_attempt(LEASE);
+                let (k, owner) = (key(1), failed.token);
+                let took = store.replace_if_owner(&k, &owner, &next, LEASE, false);
+                took.await.unwrap().then_some(next)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for t in tasks {
+        winners.extend(t.await.unwrap());
+    }
+    assert_eq!(winners.len(), 1, "exactly one takeover");
+    let stored = stores[1].get(&key(1)).await.unwrap().expect("record");
+    assert_eq!((stored.attempt, Some(stored)), (2, winners.pop()));
 }
 
 /// The appendix's "waiters starve the writer" bug: 200 waiting duplicates must leave

@@ -8,8 +8,14 @@
 //! - [`Store::release_if_owner`]: delete only if the caller still owns the record.
 //!
 //! A stale owner whose lease was taken over can therefore never overwrite or delete
-//! its successor's record. The store never sees HTTP types: only [`StoreKey`]s and
-//! [`Record`]s.
+//! its successor's record. `replace_if_owner` with the *stored* record's token is also
+//! a compare-and-swap: of several callers taking over a stored failure
+//! (`on_failure: retry`, [`Record::next_attempt`]) exactly one succeeds.
+//!
+//! Duplicates that wait ([`Store::watch`]) are woken by completion, release and delete
+//! — across replicas for Redis, via pub/sub — and hold no store connection meanwhile.
+//!
+//! The store never sees HTTP types: only [`StoreKey`]s and [`Record`]s.
 
 mod codec;
 pub mod memory;
@@ -28,6 +34,9 @@ pub use watch::{Watch, Watchers};
 use crate::key::StoreKey;
 
 /// Result of a reservation attempt.
+// Not boxed: a `Reserve` lives for one `match` on the request path, and boxing would
+// add an allocation to every duplicate.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Reserve {
     /// The key was absent; the caller's record is now stored and the caller owns it.

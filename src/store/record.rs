@@ -1,8 +1,8 @@
 //! The idempotency record and its constructors.
 //!
-//! The wire encoding lives in [`codec`](super::codec): `state byte` + `token hex` + `\n`
-//! + JSON metadata + `\n` + raw body, laid out so a Lua script can check ownership with
-//! one `string.sub(value, 2, 33)`.
+//! The wire encoding ([`encode`], [`decode`]) lives in `codec.rs`: state byte, token
+//! hex, `\n`, JSON metadata, `\n`, raw body — laid out so a Lua script can check
+//! ownership with one `string.sub(value, 2, 33)`.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
