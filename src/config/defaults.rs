@@ -21,8 +21,7 @@ use crate::template::Template;
 
 pub const LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
 /// Loopback: key admin must not be reachable from the network by default.
-pub const ADMIN_LISTEN: SocketAddr =
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9901));
+pub const ADMIN_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9901));
 
 /// Methods a route matches when it names none: the ones with side effects.
 pub const METHODS: [Method; 4] = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
@@ -143,8 +142,8 @@ impl RoutePolicy {
 pub(crate) fn for_upstream(url: Uri) -> Result<Config, String> {
     let path = PathTemplate::parse(CATCH_ALL_PATH)
         .map_err(|e| format!("built-in path {CATCH_ALL_PATH}: {e}"))?;
-    let key = Template::parse(CATCH_ALL_KEY)
-        .map_err(|e| format!("built-in key {CATCH_ALL_KEY}: {e}"))?;
+    let key =
+        Template::parse(CATCH_ALL_KEY).map_err(|e| format!("built-in key {CATCH_ALL_KEY}: {e}"))?;
     let mut route = RoutePolicy::with_defaults(CATCH_ALL_NAME, path, vec![key]);
     route.require_key = false;
     Ok(Config {

@@ -113,15 +113,24 @@ mod tests {
 
     #[test]
     fn plain_text_is_untouched() {
-        assert_eq!(x("charge:{path.invoice_id}").unwrap(), "charge:{path.invoice_id}");
+        assert_eq!(
+            x("charge:{path.invoice_id}").unwrap(),
+            "charge:{path.invoice_id}"
+        );
         assert_eq!(x("cost $5 or $").unwrap(), "cost $5 or $");
     }
 
     #[test]
     fn variables_and_defaults() {
         assert_eq!(x("${TOKEN}").unwrap(), "s3cret");
-        assert_eq!(x("redis://:${TOKEN}@h:6379").unwrap(), "redis://:s3cret@h:6379");
-        assert_eq!(x("${MISSING:-redis://127.0.0.1}").unwrap(), "redis://127.0.0.1");
+        assert_eq!(
+            x("redis://:${TOKEN}@h:6379").unwrap(),
+            "redis://:s3cret@h:6379"
+        );
+        assert_eq!(
+            x("${MISSING:-redis://127.0.0.1}").unwrap(),
+            "redis://127.0.0.1"
+        );
         assert_eq!(x("${EMPTY:-fallback}").unwrap(), "fallback");
         assert_eq!(x("${EMPTY}").unwrap(), "");
         assert_eq!(x("${MISSING:-}").unwrap(), "");

@@ -115,8 +115,11 @@ impl ConfigErrors {
             e.file = file.map(Path::to_path_buf);
         }
         errors.sort_by(|a, b| {
-            (a.pos.unwrap_or_default(), &a.path, &a.message)
-                .cmp(&(b.pos.unwrap_or_default(), &b.path, &b.message))
+            (a.pos.unwrap_or_default(), &a.path, &a.message).cmp(&(
+                b.pos.unwrap_or_default(),
+                &b.path,
+                &b.message,
+            ))
         });
         errors.dedup();
         ConfigErrors(errors)

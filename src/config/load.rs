@@ -61,9 +61,8 @@ impl Config {
     /// route `default` (POST/PUT/PATCH/DELETE on `/{path*}`, key
     /// `{header.idempotency-key}`, `require_key: false`).
     pub fn for_upstream(url: &str) -> Result<Config, ConfigErrors> {
-        let url = sections::parse_upstream_url(url).map_err(|e| {
-            ConfigErrors(vec![ConfigError::new(None, "upstream.url", e)])
-        })?;
+        let url = sections::parse_upstream_url(url)
+            .map_err(|e| ConfigErrors(vec![ConfigError::new(None, "upstream.url", e)]))?;
         defaults::for_upstream(url).map_err(|e| ConfigErrors::single(None, e))
     }
 }

@@ -23,6 +23,8 @@ mod defaults;
 mod env;
 mod error;
 mod load;
+#[cfg(test)]
+mod load_tests;
 mod policy;
 mod routes;
 mod sections;

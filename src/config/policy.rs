@@ -131,7 +131,13 @@ impl PolicyFields {
             max_response_bytes: w.size(f, "max_response_bytes"),
             forward_key_header: w.field(f, "forward_key_header", values::forward_header),
             forward_key_format: w.choice(f, "forward_key_format"),
-            bind_credentials: values(read_list(w, f, "bind_credentials", false, values::header_name)),
+            bind_credentials: values(read_list(
+                w,
+                f,
+                "bind_credentials",
+                false,
+                values::header_name,
+            )),
         }
     }
 
@@ -151,10 +157,18 @@ impl PolicyFields {
             wait_timeout: self.wait_timeout.or_else(|| d.wait_timeout.clone()),
             on_failure: self.on_failure.or_else(|| d.on_failure.clone()),
             on_ambiguous: self.on_ambiguous.or_else(|| d.on_ambiguous.clone()),
-            max_request_bytes: self.max_request_bytes.or_else(|| d.max_request_bytes.clone()),
-            max_response_bytes: self.max_response_bytes.or_else(|| d.max_response_bytes.clone()),
-            forward_key_header: self.forward_key_header.or_else(|| d.forward_key_header.clone()),
-            forward_key_format: self.forward_key_format.or_else(|| d.forward_key_format.clone()),
+            max_request_bytes: self
+                .max_request_bytes
+                .or_else(|| d.max_request_bytes.clone()),
+            max_response_bytes: self
+                .max_response_bytes
+                .or_else(|| d.max_response_bytes.clone()),
+            forward_key_header: self
+                .forward_key_header
+                .or_else(|| d.forward_key_header.clone()),
+            forward_key_format: self
+                .forward_key_format
+                .or_else(|| d.forward_key_format.clone()),
             bind_credentials: self.bind_credentials.or_else(|| d.bind_credentials.clone()),
         }
     }
@@ -189,7 +203,10 @@ impl PolicyFields {
     }
 }
 
-fn nonzero_at<T: PartialEq + Default + Clone>(w: &mut Walker<'_>, at: Option<At<T>>) -> Option<At<T>> {
+fn nonzero_at<T: PartialEq + Default + Clone>(
+    w: &mut Walker<'_>,
+    at: Option<At<T>>,
+) -> Option<At<T>> {
     let keep = at.clone();
     nonzero(w, at).and(keep)
 }
@@ -208,7 +225,11 @@ fn fingerprint(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<FingerprintSpec>
             let fields = read_list(w, &map, "body", false, values::field_path);
             let fields = values(fields)?;
             if fields.value.is_empty() {
-                w.error(fields.pos, &fields.path, "list at least one body field, e.g. [amount, currency]");
+                w.error(
+                    fields.pos,
+                    &fields.path,
+                    "list at least one body field, e.g. [amount, currency]",
+                );
                 return None;
             }
             let spec = FingerprintSpec {
@@ -216,17 +237,35 @@ fn fingerprint(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<FingerprintSpec>
                 path: true,
                 body: BodyFingerprint::Fields(fields.value),
             };
-            Some(At { value: spec, pos: node.pos, path })
+            Some(At {
+                value: spec,
+                pos: node.pos,
+                path,
+            })
         }
         Value::Seq(_) => {
-            let parts = values(read_list(w, f, "fingerprint", false, values::fingerprint_part))?;
+            let parts = values(read_list(
+                w,
+                f,
+                "fingerprint",
+                false,
+                values::fingerprint_part,
+            ))?;
             let has = |p| parts.value.contains(&p);
             let spec = FingerprintSpec {
                 method: has(FingerprintPart::Method),
                 path: has(FingerprintPart::Path),
-                body: if has(FingerprintPart::Body) { BodyFingerprint::Whole } else { BodyFingerprint::Ignore },
+                body: if has(FingerprintPart::Body) {
+                    BodyFingerprint::Whole
+                } else {
+                    BodyFingerprint::Ignore
+                },
             };
-            Some(At { value: spec, pos: node.pos, path })
+            Some(At {
+                value: spec,
+                pos: node.pos,
+                path,
+            })
         }
         _ => {
             w.error(node.pos, &path, "expected a list such as [method, path, body] or a map such as {body: [amount, currency]}");
@@ -238,7 +277,10 @@ fn fingerprint(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<FingerprintSpec>
 /// `[2xx, 4xx]`, `[2xx, 404]`, … (408/409/425/429 are never stored whatever is listed).
 fn store_statuses(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<StatusSet>> {
     let entries = read_list(w, f, "store_statuses", false, values::status_entry)?;
-    let mut set = StatusSet { classes: [false; 6], codes: Vec::new() };
+    let mut set = StatusSet {
+        classes: [false; 6],
+        codes: Vec::new(),
+    };
     for entry in &entries.value {
         match entry.value {
             StatusEntry::Class(class) => set.classes[usize::from(class)] = true,
@@ -248,13 +290,19 @@ fn store_statuses(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<StatusSet>> {
             }
             StatusEntry::Code(code) => set.codes.push(code),
         }
-        if matches!(entry.value, StatusEntry::Class(5)) || matches!(entry.value, StatusEntry::Code(500..)) {
+        if matches!(entry.value, StatusEntry::Class(5))
+            || matches!(entry.value, StatusEntry::Code(500..))
+        {
             let message = "storing 5xx replays a transient upstream failure until `retention` expires, instead of letting a retry through";
             w.warn(entry.pos, &entry.path, message);
         }
     }
     if entries.value.is_empty() {
-        w.warn(entries.pos, &entries.path, "no status is stored: every completed request runs again when repeated");
+        w.warn(
+            entries.pos,
+            &entries.path,
+            "no status is stored: every completed request runs again when repeated",
+        );
     }
     Some(entries.map(|_| set))
 }

@@ -35,15 +35,18 @@ pub(crate) fn read(
         None => PolicyFields::default(),
     };
     let mut read = Vec::new();
+    // Every valid name, also of routes that fail otherwise, so duplicates are all found.
+    let mut names = Vec::new();
     if let Some(node) = routes {
         for (path, item) in w.list(node, "routes") {
-            if let Some(route) = read_route(w, item, &path, &defaults) {
+            if let Some(route) = read_route(w, item, &path, &defaults, &mut names) {
                 read.push(route);
             }
         }
     }
     check_default_wait_timeout(w, &defaults, &read);
-    validate::across_routes(w, &read);
+    validate::unique_names(w, &names);
+    validate::shadowed_routes(w, &read);
     read.into_iter().map(|r| Arc::new(r.policy)).collect()
 }
 
@@ -52,17 +55,27 @@ fn read_route(
     node: &Node,
     path: &str,
     defaults: &PolicyFields,
+    names: &mut Vec<At<String>>,
 ) -> Option<ReadRoute> {
     let mut allowed = vec!["name", "path"];
     allowed.extend_from_slice(POLICY_FIELDS);
     let f = w.fields(node, path, &allowed);
     let name = w.field(&f, "name", values::route_name);
+    names.extend(name.clone());
     if f.get("name").is_none() {
-        w.error(node.pos, &f.path("name"), "missing: every route needs a name, e.g. name: charge_invoice");
+        w.error(
+            node.pos,
+            &f.path("name"),
+            "missing: every route needs a name, e.g. name: charge_invoice",
+        );
     }
     let route_path = w.field(&f, "path", values::path_template);
     if f.get("path").is_none() {
-        w.error(node.pos, &f.path("path"), "missing: every route needs a path, e.g. path: /invoices/{invoice_id}/charge");
+        w.error(
+            node.pos,
+            &f.path("path"),
+            "missing: every route needs a path, e.g. path: /invoices/{invoice_id}/charge",
+        );
     }
     let fields = PolicyFields::read(w, &f).or(defaults);
     match &fields.key {
@@ -81,7 +94,8 @@ fn read_route(
     let key = fields.key.as_ref().filter(|k| !k.value.is_empty())?;
     validate::route(w, &name.value, &route_path.value, &fields);
     let alternatives = key.value.iter().map(|alt| alt.value.clone()).collect();
-    let mut policy = RoutePolicy::with_defaults(&name.value, route_path.value.clone(), alternatives);
+    let mut policy =
+        RoutePolicy::with_defaults(&name.value, route_path.value.clone(), alternatives);
     fields.apply(&mut policy);
     Some(ReadRoute {
         name,

@@ -11,8 +11,8 @@ use redis::IntoConnectionInfo;
 
 use super::walk::{At, Fields, Walker};
 use super::yaml::Node;
-use super::{AdminConfig, Backend, RedisConfig, RedisMode, ServerConfig, StoreConfig};
 use super::UpstreamConfig;
+use super::{AdminConfig, Backend, RedisConfig, RedisMode, ServerConfig, StoreConfig};
 
 /// Parse an `IP:port` listen address.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -33,7 +33,11 @@ pub fn parse_upstream_url(text: &str) -> Result<Uri, String> {
     let default_port = match uri.scheme_str() {
         Some("http") => 80,
         Some("https") => 443,
-        _ => return Err(format!("invalid URL {text:?}: the scheme must be http or https")),
+        _ => {
+            return Err(format!(
+                "invalid URL {text:?}: the scheme must be http or https"
+            ))
+        }
     };
     let Some(authority) = uri.authority() else {
         return Err(format!("invalid URL {text:?}: it has no host"));
@@ -88,15 +92,26 @@ pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
     let f = w.fields(
         node,
         "server",
-        &["header_read_timeout", "max_header_bytes", "max_connections", "shutdown_grace"],
+        &[
+            "header_read_timeout",
+            "max_header_bytes",
+            "max_connections",
+            "shutdown_grace",
+        ],
     );
     let header_read_timeout = w.duration(&f, "header_read_timeout");
-    set(&mut cfg.header_read_timeout, nonzero(w, header_read_timeout));
+    set(
+        &mut cfg.header_read_timeout,
+        nonzero(w, header_read_timeout),
+    );
     let max_header_bytes = w.size(&f, "max_header_bytes");
     set(&mut cfg.max_header_bytes, nonzero(w, max_header_bytes));
     let max_connections = w.count(&f, "max_connections");
     set(&mut cfg.max_connections, nonzero(w, max_connections));
-    set(&mut cfg.shutdown_grace, w.duration(&f, "shutdown_grace").map(|a| a.value));
+    set(
+        &mut cfg.shutdown_grace,
+        w.duration(&f, "shutdown_grace").map(|a| a.value),
+    );
     cfg
 }
 
@@ -104,14 +119,24 @@ pub(crate) fn admin(w: &mut Walker<'_>, node: Option<&Node>) -> AdminConfig {
     let mut cfg = AdminConfig::default();
     let Some(node) = node else { return cfg };
     let f = w.fields(node, "admin", &["listen", "token"]);
-    set(&mut cfg.listen, w.field(&f, "listen", parse_listen).map(|a| a.value));
+    set(
+        &mut cfg.listen,
+        w.field(&f, "listen", parse_listen).map(|a| a.value),
+    );
     // `${IDEM_ADMIN_TOKEN:-}` with the variable unset gives "": no token.
-    cfg.token = w.string(&f, "token").map(|a| a.value).filter(|t| !t.is_empty());
+    cfg.token = w
+        .string(&f, "token")
+        .map(|a| a.value)
+        .filter(|t| !t.is_empty());
     cfg
 }
 
 /// `None` when the section or its URL is missing or invalid (already reported).
-pub(crate) fn upstream(w: &mut Walker<'_>, node: Option<&Node>, root: &Fields<'_>) -> Option<UpstreamConfig> {
+pub(crate) fn upstream(
+    w: &mut Walker<'_>,
+    node: Option<&Node>,
+    root: &Fields<'_>,
+) -> Option<UpstreamConfig> {
     let Some(node) = node else {
         let message = "missing: idem needs the tool API it protects, e.g. `upstream: {url: http://127.0.0.1:3000}`";
         w.error(root.pos(), "upstream", message);
@@ -120,7 +145,11 @@ pub(crate) fn upstream(w: &mut Walker<'_>, node: Option<&Node>, root: &Fields<'_
     let f = w.fields(node, "upstream", &["url", "connect_timeout", "timeout"]);
     let url = w.field(&f, "url", parse_upstream_url);
     if url.is_none() && f.get("url").is_none() {
-        w.error(node.pos, "upstream.url", "missing: e.g. `url: http://127.0.0.1:3000`");
+        w.error(
+            node.pos,
+            "upstream.url",
+            "missing: e.g. `url: http://127.0.0.1:3000`",
+        );
     }
     let connect_timeout = w.duration(&f, "connect_timeout");
     let connect_timeout = nonzero(w, connect_timeout);
@@ -149,7 +178,15 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
     let f = w.fields(
         node,
         "store.redis",
-        &["url", "mode", "nodes", "sentinel_master", "key_prefix", "op_timeout", "wait_replicas"],
+        &[
+            "url",
+            "mode",
+            "nodes",
+            "sentinel_master",
+            "key_prefix",
+            "op_timeout",
+            "wait_replicas",
+        ],
     );
     // URLs are checked by the Redis client's own parser (so `idem check` agrees with what
     // connecting will do), but only when Redis is the backend: a memory deployment may
@@ -171,18 +208,31 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
             }
         }
     }
-    set(&mut cfg.sentinel_master, w.string(&f, "sentinel_master").map(|a| a.value));
-    set(&mut cfg.key_prefix, w.string(&f, "key_prefix").map(|a| a.value));
+    set(
+        &mut cfg.sentinel_master,
+        w.string(&f, "sentinel_master").map(|a| a.value),
+    );
+    set(
+        &mut cfg.key_prefix,
+        w.string(&f, "key_prefix").map(|a| a.value),
+    );
     let op_timeout: Option<At<Duration>> = w.duration(&f, "op_timeout");
     set(&mut cfg.op_timeout, nonzero(w, op_timeout));
-    set(&mut cfg.wait_replicas, w.count(&f, "wait_replicas").map(|a| a.value));
+    set(
+        &mut cfg.wait_replicas,
+        w.count(&f, "wait_replicas").map(|a| a.value),
+    );
     if in_use && cfg.mode != RedisMode::Standalone && cfg.nodes.is_empty() {
         let what = match cfg.mode {
             RedisMode::Cluster => "cluster mode needs its seed nodes",
             _ => "sentinel mode needs the sentinels' addresses",
         };
         let pos = mode.map_or(node.pos, |m| m.pos);
-        w.error(pos, "store.redis.nodes", format!("{what}, e.g. nodes: [\"redis://10.0.0.1:6379\"]"));
+        w.error(
+            pos,
+            "store.redis.nodes",
+            format!("{what}, e.g. nodes: [\"redis://10.0.0.1:6379\"]"),
+        );
     }
     cfg
 }
@@ -195,9 +245,20 @@ mod tests {
     fn upstream_url_gets_an_explicit_port() {
         let uri = parse_upstream_url("http://127.0.0.1:3000").unwrap();
         assert_eq!(uri.to_string(), "http://127.0.0.1:3000/");
-        assert_eq!(parse_upstream_url("https://api.example.com").unwrap().to_string(), "https://api.example.com:443/");
-        assert_eq!(parse_upstream_url("http://[::1]").unwrap().to_string(), "http://[::1]:80/");
-        assert_eq!(parse_upstream_url("http://tools/").unwrap().port_u16(), Some(80));
+        assert_eq!(
+            parse_upstream_url("https://api.example.com")
+                .unwrap()
+                .to_string(),
+            "https://api.example.com:443/"
+        );
+        assert_eq!(
+            parse_upstream_url("http://[::1]").unwrap().to_string(),
+            "http://[::1]:80/"
+        );
+        assert_eq!(
+            parse_upstream_url("http://tools/").unwrap().port_u16(),
+            Some(80)
+        );
     }
 
     #[test]
@@ -221,6 +282,8 @@ mod tests {
     fn listen_addresses() {
         assert_eq!(parse_listen("0.0.0.0:8080").unwrap().port(), 8080);
         assert!(parse_listen("[::1]:9901").is_ok());
-        assert!(parse_listen("localhost:80").unwrap_err().contains("IP:port"));
+        assert!(parse_listen("localhost:80")
+            .unwrap_err()
+            .contains("IP:port"));
     }
 }

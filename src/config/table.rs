@@ -24,7 +24,10 @@ impl Config {
     pub fn route_table(&self) -> String {
         let upstream = match self.upstream.url.authority() {
             Some(authority) => {
-                format!("{}://{authority}", self.upstream.url.scheme_str().unwrap_or("http"))
+                format!(
+                    "{}://{authority}",
+                    self.upstream.url.scheme_str().unwrap_or("http")
+                )
             }
             None => self.upstream.url.to_string(),
         };

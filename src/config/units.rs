@@ -53,6 +53,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn invalid_duration(text: &str) -> String {
+    if !text.trim().is_empty() && text.trim().bytes().all(|b| b.is_ascii_digit()) {
+        return format!(
+            "invalid duration {text:?}: a duration needs a unit, e.g. \"{}s\" or \"{}ms\"",
+            text.trim(),
+            text.trim()
+        );
+    }
     format!("invalid duration {text:?}; use a whole number with a unit: {DURATION_UNITS}")
 }
 
@@ -134,7 +141,8 @@ mod tests {
 
     #[test]
     fn durations_need_units() {
-        for bad in ["30", "", "s", "1.5s", "30 s", "10sec", "-1s", "1h30", "ms30"] {
+        assert!(parse_duration("30").unwrap_err().contains("\"30s\""));
+        for bad in ["", "s", "1.5s", "30 s", "10sec", "-1s", "1h30", "ms30"] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains("30s") || e.contains("empty"), "{bad}: {e}");
         }
@@ -161,7 +169,9 @@ mod tests {
         for bad in ["", "KiB", "1.5MiB", "1 Mbit", "-1", "1MiBs"] {
             assert!(parse_size(bad).unwrap_err().contains("KiB"), "{bad}");
         }
-        assert!(parse_size("99999999999GiB").unwrap_err().contains("too large"));
+        assert!(parse_size("99999999999GiB")
+            .unwrap_err()
+            .contains("too large"));
     }
 
     #[test]

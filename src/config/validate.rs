@@ -31,8 +31,17 @@ pub(crate) fn route(w: &mut Walker<'_>, name: &str, path: &PathTemplate, fields:
 
 fn check_key_alternative(w: &mut Walker<'_>, alt: &At<Template>) {
     if alt.value.is_empty() {
-        w.error(alt.pos, &alt.path, "an empty key alternative would give every request the same key");
-    } else if alt.value.parts().iter().all(|p| matches!(p, Part::Literal(_))) {
+        w.error(
+            alt.pos,
+            &alt.path,
+            "an empty key alternative would give every request the same key",
+        );
+    } else if alt
+        .value
+        .parts()
+        .iter()
+        .all(|p| matches!(p, Part::Literal(_)))
+    {
         let message = format!(
             "{:?} has no placeholder: every request to this route shares one key, so only the \
              first ever runs",
@@ -66,25 +75,41 @@ fn check_path_names(w: &mut Walker<'_>, template: &At<Template>, path: &PathTemp
 /// while the first call could still be in flight.
 fn check_lease(w: &mut Walker<'_>, route: &str, fields: &PolicyFields) {
     let lease = fields.lease.as_ref().map_or(defaults::LEASE, |a| a.value);
-    let retention = fields.retention.as_ref().map_or(defaults::RETENTION, |a| a.value);
+    let retention = fields
+        .retention
+        .as_ref()
+        .map_or(defaults::RETENTION, |a| a.value);
     if lease >= retention {
         // Point at whichever of the two this route sets itself (or the one that is set).
         let (at, other) = match (&fields.lease, &fields.retention) {
             (Some(l), Some(r)) if !is_route_local(l) && is_route_local(r) => (r, l.path.as_str()),
-            (Some(l), r) => (l, r.as_ref().map_or("built-in default", |r| r.path.as_str())),
-            (None, Some(r)) => (r, "built-in default"),
+            (Some(l), r) => (
+                l,
+                r.as_ref()
+                    .map_or("the built-in default", |r| r.path.as_str()),
+            ),
+            (None, Some(r)) => (r, "the built-in default"),
             (None, None) => return,
         };
+        // Both from `defaults:`: one message for all routes (they are deduplicated).
+        let in_route = match is_route_local(at) || other.starts_with("routes[") {
+            true => format!(" in route {route:?}"),
+            false => String::new(),
+        };
         let message = format!(
-            "lease ({}) must be shorter than retention ({}, other value from {other}) in route \
-             {route:?}: a record must outlive its reservation, or a repeat after it expires runs \
+            "lease ({}) must be shorter than retention ({}){in_route}; the other value is from \
+             {other}: a record must outlive its reservation, or a repeat after it expires runs \
              the side effect again",
             format_duration(lease),
             format_duration(retention),
         );
         w.error(at.pos, &at.path, message);
     }
-    if let Some(l) = fields.lease.as_ref().filter(|l| l.value < Duration::from_secs(1)) {
+    if let Some(l) = fields
+        .lease
+        .as_ref()
+        .filter(|l| l.value < Duration::from_secs(1))
+    {
         let message = format!(
             "lease {} is under 1s: renewals every lease/3 leave little slack for a slow store, \
              and a missed renewal lets a duplicate run",
@@ -99,7 +124,10 @@ fn check_wait_timeout(w: &mut Walker<'_>, fields: &PolicyFields) {
     let Some(wait) = fields.wait_timeout.as_ref().filter(|a| is_route_local(a)) else {
         return;
     };
-    let on_concurrent = fields.on_concurrent.as_ref().map_or(OnConcurrent::Conflict, |a| a.value);
+    let on_concurrent = fields
+        .on_concurrent
+        .as_ref()
+        .map_or(OnConcurrent::Conflict, |a| a.value);
     if on_concurrent == OnConcurrent::Conflict {
         w.warn(
             wait.pos,
@@ -114,21 +142,30 @@ fn is_route_local<T>(at: &At<T>) -> bool {
     at.path.starts_with("routes[")
 }
 
-/// Duplicate names (errors) and routes an earlier one hides (warnings).
-pub(crate) fn across_routes(w: &mut Walker<'_>, routes: &[ReadRoute]) {
-    for (i, route) in routes.iter().enumerate() {
-        let earlier = &routes[..i];
-        if let Some(first) = earlier.iter().find(|r| r.name.value == route.name.value) {
+/// Route names identify records, metrics and admin URLs, so each must be unique.
+pub(crate) fn unique_names(w: &mut Walker<'_>, names: &[At<String>]) {
+    for (i, name) in names.iter().enumerate() {
+        if let Some(first) = names[..i].iter().find(|n| n.value == name.value) {
             let message = format!(
-                "duplicate route name {:?} (first used at line {}); names identify records \
-                 and metrics, so each must be unique",
-                route.name.value, first.name.pos.line
+                "duplicate route name {:?} (first used at line {}); names identify records, \
+                 metrics and admin URLs, so each must be unique",
+                name.value, first.pos.line
             );
-            w.error(route.name.pos, &route.name.path, message);
+            w.error(name.pos, &name.path, message);
         }
-        let hidden_by = earlier.iter().find(|r| {
+    }
+}
+
+/// A route an earlier one hides completely (same path, no method of its own) never runs.
+pub(crate) fn shadowed_routes(w: &mut Walker<'_>, routes: &[ReadRoute]) {
+    for (i, route) in routes.iter().enumerate() {
+        let hidden_by = routes[..i].iter().find(|r| {
             r.path.value.as_str() == route.path.value.as_str()
-                && route.policy.methods.iter().all(|m| r.policy.methods.contains(m))
+                && route
+                    .policy
+                    .methods
+                    .iter()
+                    .all(|m| r.policy.methods.contains(m))
         });
         if let Some(first) = hidden_by {
             let message = format!(

@@ -30,7 +30,10 @@ pub enum StatusEntry {
 pub fn status_entry(text: &str) -> Result<StatusEntry, String> {
     let t = text.trim();
     let bytes = t.as_bytes();
-    if bytes.len() == 3 && bytes[1..].eq_ignore_ascii_case(b"xx") && (b'1'..=b'5').contains(&bytes[0]) {
+    if bytes.len() == 3
+        && bytes[1..].eq_ignore_ascii_case(b"xx")
+        && (b'1'..=b'5').contains(&bytes[0])
+    {
         return Ok(StatusEntry::Class(bytes[0] - b'0'));
     }
     match t.parse::<u16>() {
@@ -85,14 +88,17 @@ pub fn fingerprint_part(text: &str) -> Result<FingerprintPart, String> {
         "method" => Ok(FingerprintPart::Method),
         "path" => Ok(FingerprintPart::Path),
         "body" => Ok(FingerprintPart::Body),
-        _ => Err(format!("invalid value {text:?}; valid values: method, path, body")),
+        _ => Err(format!(
+            "invalid value {text:?}; valid values: method, path, body"
+        )),
     }
 }
 
 /// A dotted JSON field path for `fingerprint: {body: [...]}`.
 pub fn field_path(text: &str) -> Result<FieldPath, String> {
-    FieldPath::parse(text.trim())
-        .ok_or_else(|| format!("invalid field path {text:?}; e.g. amount or customer.id or items.0.sku"))
+    FieldPath::parse(text.trim()).ok_or_else(|| {
+        format!("invalid field path {text:?}; e.g. amount or customer.id or items.0.sku")
+    })
 }
 
 /// A key or scope template; the parser's message says what is wrong.
@@ -109,7 +115,9 @@ pub fn path_template(text: &str) -> Result<PathTemplate, String> {
 pub fn route_name(text: &str) -> Result<String, String> {
     let ok = !text.is_empty()
         && text.len() <= 64
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
     if ok {
         Ok(text.to_string())
     } else {
@@ -146,19 +154,31 @@ mod tests {
     #[test]
     fn header_names_are_lower_cased_and_reserved_ones_refused() {
         assert_eq!(header_name("X-API-Key").unwrap().as_str(), "x-api-key");
-        assert_eq!(forward_header("PayPal-Request-Id").unwrap().as_str(), "paypal-request-id");
+        assert_eq!(
+            forward_header("PayPal-Request-Id").unwrap().as_str(),
+            "paypal-request-id"
+        );
         assert!(header_name("bad header").is_err());
-        assert!(forward_header("Content-Length").unwrap_err().contains("connection-level"));
+        assert!(forward_header("Content-Length")
+            .unwrap_err()
+            .contains("connection-level"));
     }
 
     #[test]
     fn fingerprint_parts_and_route_names() {
         assert_eq!(fingerprint_part("body"), Ok(FingerprintPart::Body));
-        assert!(fingerprint_part("headers").unwrap_err().contains("method, path, body"));
-        assert_eq!(route_name("charge_invoice.v2").unwrap(), "charge_invoice.v2");
+        assert!(fingerprint_part("headers")
+            .unwrap_err()
+            .contains("method, path, body"));
+        assert_eq!(
+            route_name("charge_invoice.v2").unwrap(),
+            "charge_invoice.v2"
+        );
         assert!(route_name("charge invoice").is_err());
         assert!(route_name("").is_err());
-        assert!(path_template("invoices").unwrap_err().contains("start with `/`"));
+        assert!(path_template("invoices")
+            .unwrap_err()
+            .contains("start with `/`"));
         assert!(path_template("/a/{id}/{id}").unwrap_err().contains("twice"));
     }
 }

@@ -44,7 +44,8 @@ pub(crate) struct Walker<'e> {
 pub(crate) struct Fields<'n> {
     path: String,
     pos: Pos,
-    entries: Vec<(&'n str, &'n Node)>,
+    /// (name, where the name is written, value)
+    entries: Vec<(&'n str, Pos, &'n Node)>,
 }
 
 /// `a.b` / `b` for the root.
@@ -61,8 +62,8 @@ impl<'n> Fields<'n> {
     pub fn get(&self, name: &str) -> Option<&'n Node> {
         self.entries
             .iter()
-            .find(|(n, node)| *n == name && node.value != Value::Null)
-            .map(|(_, node)| *node)
+            .find(|(n, _, node)| *n == name && node.value != Value::Null)
+            .map(|(_, _, node)| *node)
     }
 
     pub fn path(&self, name: &str) -> String {
@@ -89,7 +90,8 @@ impl<'e> Walker<'e> {
     }
 
     pub fn warn(&mut self, pos: Pos, path: &str, message: impl Into<String>) {
-        self.warnings.push(ConfigError::new(Some(pos), path, message));
+        self.warnings
+            .push(ConfigError::new(Some(pos), path, message));
     }
 
     /// Open a map, reporting unknown and repeated fields. Null is an empty map.
@@ -103,7 +105,11 @@ impl<'e> Walker<'e> {
             Value::Map(entries) => entries,
             Value::Null => return fields,
             other => {
-                self.error(node.pos, path, format!("expected a map, found {}", other.kind()));
+                self.error(
+                    node.pos,
+                    path,
+                    format!("expected a map, found {}", other.kind()),
+                );
                 return fields;
             }
         };
@@ -112,11 +118,13 @@ impl<'e> Walker<'e> {
             if !allowed.contains(&key.name.as_str()) {
                 let message = unknown_field(&key.name, allowed);
                 self.error(key.pos, &field_path, message);
-            } else if let Some((_, first)) = fields.entries.iter().find(|(n, _)| *n == key.name) {
-                let message = format!("repeated field (first set at line {})", first.pos.line);
+            } else if let Some((_, first, _)) =
+                fields.entries.iter().find(|(n, _, _)| *n == key.name)
+            {
+                let message = format!("repeated field (first set at line {})", first.line);
                 self.error(key.pos, &field_path, message);
             } else {
-                fields.entries.push((&key.name, value));
+                fields.entries.push((&key.name, key.pos, value));
             }
         }
         fields
@@ -132,7 +140,11 @@ impl<'e> Walker<'e> {
                 .collect(),
             Value::Null => Vec::new(),
             other => {
-                self.error(node.pos, path, format!("expected a list, found {}", other.kind()));
+                self.error(
+                    node.pos,
+                    path,
+                    format!("expected a list, found {}", other.kind()),
+                );
                 Vec::new()
             }
         }
@@ -235,7 +247,10 @@ fn unknown_field(name: &str, allowed: &[&str]) -> String {
         .min();
     match closest {
         Some((_, suggestion)) => format!("unknown field {name:?}; did you mean {suggestion:?}?"),
-        None => format!("unknown field {name:?}; valid fields: {}", allowed.join(", ")),
+        None => format!(
+            "unknown field {name:?}; valid fields: {}",
+            allowed.join(", ")
+        ),
     }
 }
 
@@ -289,6 +304,9 @@ mod tests {
             .iter()
             .map(|e| format!("{} {}", e.pos.unwrap(), e.path))
             .collect();
-        assert_eq!(places, ["2:1 top.bogus", "3:1 top.a", "1:4 top.a", "4:4 top.d"]);
+        assert_eq!(
+            places,
+            ["2:1 top.bogus", "3:1 top.a", "1:4 top.a", "4:4 top.d"]
+        );
     }
 }

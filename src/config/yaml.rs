@@ -98,7 +98,10 @@ impl Builder {
         for event in events {
             let (event, span) = event.map_err(|e| {
                 let m = e.marker();
-                err(Pos::new(m.line(), m.col() + 1), format!("invalid YAML: {}", e.info()))
+                err(
+                    Pos::new(m.line(), m.col() + 1),
+                    format!("invalid YAML: {}", e.info()),
+                )
             })?;
             let pos = pos_of(&span);
             match event {
@@ -179,7 +182,10 @@ impl Builder {
     fn finish(&mut self, node: Node, anchor: usize, size: usize) -> Result<(), ConfigError> {
         self.nodes += size;
         if self.nodes > MAX_NODES {
-            return Err(err(node.pos, "the document is too large (aliases expand too far)"));
+            return Err(err(
+                node.pos,
+                "the document is too large (aliases expand too far)",
+            ));
         }
         if anchor != 0 {
             let (size, depth) = measure(&node);
@@ -281,7 +287,14 @@ mod tests {
     fn hostile_documents_are_refused() {
         let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
         for i in 0..8 {
-            bomb.push_str(&format!("b{i}: &b{i} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n", p = if i == 0 { "a".to_string() } else { format!("b{}", i - 1) }));
+            bomb.push_str(&format!(
+                "b{i}: &b{i} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n",
+                p = if i == 0 {
+                    "a".to_string()
+                } else {
+                    format!("b{}", i - 1)
+                }
+            ));
         }
         assert!(parse(&bomb).is_err());
         assert!(parse(&"[".repeat(1000)).is_err());
