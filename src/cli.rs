@@ -28,6 +28,8 @@ pub enum Command {
     Keys(KeysArgs),
     /// Watch idem stop double charges: a guided demo on loopback, no setup needed.
     Demo,
+    /// Fire N intents, each repeated D times at once, and check none ran twice.
+    Loadtest(crate::loadtest::LoadtestArgs),
 }
 
 #[derive(Debug, clap::Args)]

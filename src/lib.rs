@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod key;
+pub mod loadtest;
 pub mod metrics;
 pub mod proxy;
 pub mod route;

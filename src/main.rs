@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Keys(args) => runtime.block_on(keys(args)),
         Command::Demo => runtime.block_on(demo()),
+        Command::Loadtest(args) => ExitCode::from(runtime.block_on(idem::loadtest::main(args))),
     }
 }
 

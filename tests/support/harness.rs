@@ -73,16 +73,27 @@ pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str)
     try_send(method, url, headers, body).await.expect("request")
 }
 
-pub async fn try_send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Result<Resp, String> {
+pub async fn try_send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Resp, String> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = Request::builder().method(Method::from_bytes(method.as_bytes()).unwrap()).uri(url);
+    let mut req = Request::builder()
+        .method(Method::from_bytes(method.as_bytes()).unwrap())
+        .uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
     let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
     let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|e| format!("{e:?}"))?.to_bytes();
+    let body = body
+        .collect()
+        .await
+        .map_err(|e| format!("{e:?}"))?
+        .to_bytes();
     Ok(Resp {
         status: parts.status.as_u16(),
         headers: parts.headers,
@@ -96,7 +107,11 @@ pub async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The idem binary as a child process, killed on drop.
@@ -115,9 +130,8 @@ impl IdemProcess {
         let admin_port = free_port();
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("idem.yaml");
-        let text = format!(
-            "listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin_port}\n{yaml}"
-        );
+        let text =
+            format!("listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin_port}\n{yaml}");
         std::fs::write(&config_path, text).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["serve", "--config"])
@@ -181,7 +195,9 @@ impl Drop for IdemProcess {
 
 impl IdemProcess {
     fn signal_quietly(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
