@@ -248,8 +248,9 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
     .map_err(UsageError)?;
 
     let client = client(args.concurrency);
-    let keys: Vec<String> = (0..args.intents).map(|i| plan.key(i)).collect();
-    let mut tally = Tally::new(keys);
+    let intents = usize::try_from(args.intents)
+        .map_err(|_| UsageError("--intents: too many for this machine".into()))?;
+    let mut tally = Tally::new(format!("lt-{run}-"), intents);
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Duration, Answer)>();
     let permits = Arc::new(Semaphore::new(args.concurrency));
     let started = Instant::now();
@@ -380,7 +381,7 @@ async fn check_counts(
     use futures_util::stream::{self, StreamExt};
 
     let requests = tally.sent_intents().map(|i| {
-        let key = tally.key(i).to_owned();
+        let key = tally.key(i);
         let uri = url.render(Intent {
             index: i as u64,
             key: &key,

@@ -38,7 +38,8 @@ struct IntentSeen {
 pub struct Tally {
     latency_us: Histogram<u64>,
     intents: Vec<IntentSeen>,
-    keys: Vec<String>,
+    /// Intent `i`'s key is this prefix followed by `i`.
+    key_prefix: String,
     pub forwarded: u64,
     pub replayed: u64,
     pub conflicts: u64,
@@ -48,13 +49,13 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn new(keys: Vec<String>) -> Tally {
+    pub fn new(key_prefix: String, intents: usize) -> Tally {
         Tally {
             // 1 µs .. 1 h, 3 significant digits.
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("valid histogram bounds"),
-            intents: vec![IntentSeen::default(); keys.len()],
-            keys,
+            intents: vec![IntentSeen::default(); intents],
+            key_prefix,
             forwarded: 0,
             replayed: 0,
             conflicts: 0,
@@ -109,8 +110,8 @@ impl Tally {
             .map(|(i, _)| i)
     }
 
-    pub fn key(&self, intent: usize) -> &str {
-        &self.keys[intent]
+    pub fn key(&self, intent: usize) -> String {
+        format!("{}{intent}", self.key_prefix)
     }
 
     /// Close the tally into a report.
@@ -122,7 +123,7 @@ impl Tally {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.differed)
-            .map(|(i, _)| self.keys[i].clone())
+            .map(|(i, _)| self.key(i))
             .collect();
         let intents_sent = self.intents.iter().filter(|s| s.sent > 0).count() as u64;
         Report {
@@ -316,7 +317,7 @@ mod tests {
 
     #[test]
     fn classes_and_double_execution() {
-        let mut t = Tally::new(vec!["lt-r-0".into(), "lt-r-1".into()]);
+        let mut t = Tally::new("lt-r-".into(), 2);
         let ms = Duration::from_millis(1);
         t.record(0, ms, ok(201, false, 1));
         t.record(0, ms, ok(201, true, 1));
@@ -336,14 +337,14 @@ mod tests {
 
     #[test]
     fn errors_fail_the_run() {
-        let mut t = Tally::new(vec!["k".into()]);
+        let mut t = Tally::new("k".into(), 1);
         t.record(0, Duration::from_millis(2), ok(502, false, 0));
         t.record(0, Duration::from_millis(2), Answer::Timeout);
         let report = t.finish(run(), Duration::from_secs(1), None);
         assert_eq!(report.errors, 2);
         assert_eq!(report.errors_by_kind["502"], 1);
         assert!(!report.passed());
-        let mut t = Tally::new(vec!["k".into()]);
+        let mut t = Tally::new("k".into(), 1);
         t.record(0, Duration::from_millis(2), ok(200, false, 0));
         let report = t.finish(run(), Duration::from_secs(1), None);
         assert!(report.passed());
