@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One command for the whole benchmark (docs/benchmarks.md):
+#   bash bench/run.sh [run.py options, e.g. --rounds 1 --duration 5 --soak 0]
+# Installs what it needs from Debian (wrk, nginx-light, redis-server), builds idem and the
+# bench upstream in release mode, then runs bench/run.py, which starts everything on
+# loopback and free ports, stops by itself, and writes bench/results/<date>.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing from Debian: ${need[*]}"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cargo build --release --locked --bin idem --bin idem-bench-upstream
+
+# Bounded as a whole: the defaults take about 6 minutes.
+exec timeout --signal=TERM --kill-after=30 40m \
+  python3 bench/run.py --command "bash bench/run.sh${*:+ $*}" "$@"
