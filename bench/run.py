@@ -656,12 +656,12 @@ def targets(med, ratio, extras):
         f = ratio("fresh_redis")[0]
         out.append((f >= 0.30, f"fresh on Redis ≥ 0.30 of direct: {f:.2f}"))
         c = med["fresh_redis"]["redis_per_req"]
-        out.append((abs(c - 2) < 0.01, f"exactly 2 Redis commands per fresh intent: {c:.3f}"))
+        out.append((abs(c - 2) < 0.002, f"exactly 2 Redis commands per fresh intent: {c:.3f}"))
     if have("replay_redis"):
         r = ratio("replay_redis")[0]
         out.append((r >= 0.55, f"replays on Redis ≥ 0.55 of direct: {r:.2f}"))
         c = med["replay_redis"]["redis_per_req"]
-        out.append((c <= 1.0 + 1e-9, f"≤ 1 Redis command per replay: {c:.3f}"))
+        out.append((c <= 1.001, f"≤ 1 Redis command per replay: {c:.3f}"))
     if have("storm_redis"):
         s = med["storm_redis"]
         up = s["upstream"]
@@ -670,7 +670,9 @@ def targets(med, ratio, extras):
         winners = s.get("outcomes", {}).get("forwarded", 0)
         losers = s.get("handled", s["requests"]) - winners
         per_loser = (s["redis_sent"] - 2 * winners) / max(1, losers)
-        out.append((per_loser <= 1.0 + 1e-9,
+        # 0.001: a request or two are between their reservation and their answer
+        # when the counters are read.
+        out.append((per_loser <= 1.001,
                      f"storm duplicates cost no more Redis commands than a replay: "
                      f"{per_loser:.3f} per duplicate, {s['redis_per_req']:.3f} per request "
                      "(winners add their completion)"))
