@@ -52,6 +52,16 @@ impl StoreKey {
     }
 }
 
+impl StoreKey {
+    /// The 64 lowercase hex characters of `Display`, without allocating.
+    pub fn hex(&self) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        // 64 bytes of room for 32 bytes of input: cannot fail.
+        let _ = hex::encode_to_slice(self.0, &mut out);
+        out
+    }
+}
+
 impl fmt::Display for StoreKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in self.0 {

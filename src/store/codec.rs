@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::{Record, RecordState, StoreError, StoredResponse, Token};
 
 /// Everything but the state, the token and the body.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Meta {
     route: String,
     scope: String,
@@ -38,42 +38,101 @@ struct Meta {
     body_stored: bool,
 }
 
+/// The same fields as [`Meta`], in the same order, borrowed: encoding copies nothing
+/// but the output (hex digests on the stack, ASCII header values as they are).
+#[derive(Serialize)]
+struct MetaRef<'a> {
+    route: &'a str,
+    scope: &'a str,
+    key: &'a str,
+    fingerprint: Hex32<'a>,
+    credentials: Hex32<'a>,
+    attempt: u32,
+    created_at_ms: u64,
+    expires_at_ms: u64,
+    status: Option<u16>,
+    headers: HeadersRef<'a>,
+    body_stored: bool,
+}
+
+struct Hex32<'a>(&'a [u8; 32]);
+
+impl Serialize for Hex32<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 64];
+        // 64 bytes for 32 bytes of input: cannot fail.
+        let _ = hex::encode_to_slice(self.0, &mut buf);
+        s.serialize_str(std::str::from_utf8(&buf).unwrap_or_default())
+    }
+}
+
+struct HeadersRef<'a>(&'a [(HeaderName, HeaderValue)]);
+
+impl Serialize for HeadersRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            seq.serialize_element(&(name.as_str(), Latin1(value.as_bytes())))?;
+        }
+        seq.end()
+    }
+}
+
+/// A header value as latin-1 text: ASCII (the usual case) is serialised in place.
+struct Latin1<'a>(&'a [u8]);
+
+impl Serialize for Latin1<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(self.0) {
+            Ok(text) if self.0.is_ascii() => s.serialize_str(text),
+            _ => s.serialize_str(&latin1(self.0)),
+        }
+    }
+}
+
 /// Serialises a record into the layout above.
 pub fn encode(record: &Record) -> Vec<u8> {
+    let body_len = record
+        .response
+        .as_ref()
+        .and_then(|r| r.body.as_ref())
+        .map_or(0, Bytes::len);
+    let mut out = Vec::with_capacity(384 + body_len);
+    encode_into(record, &mut out);
+    out
+}
+
+/// Serialises a record into `out` (a `Vec`, or a Redis command's argument buffer).
+pub fn encode_into(record: &Record, out: &mut impl std::io::Write) {
     let (status, headers, body) = match &record.response {
         Some(r) => (Some(r.status), r.headers.as_slice(), r.body.as_ref()),
         None => (None, &[][..], None),
     };
-    let meta = Meta {
-        route: record.route.clone(),
-        scope: record.scope.clone(),
-        key: record.key.clone(),
-        fingerprint: hex::encode(record.fingerprint),
-        credentials: hex::encode(record.credentials),
+    let meta = MetaRef {
+        route: &record.route,
+        scope: &record.scope,
+        key: &record.key,
+        fingerprint: Hex32(&record.fingerprint),
+        credentials: Hex32(&record.credentials),
         attempt: record.attempt,
         created_at_ms: record.created_at_ms,
         expires_at_ms: record.expires_at_ms,
         status,
-        headers: headers
-            .iter()
-            .map(|(n, v)| (n.as_str().to_owned(), latin1(v.as_bytes())))
-            .collect(),
+        headers: HeadersRef(headers),
         body_stored: body.is_some(),
     };
-    // Serialising plain strings and integers cannot fail.
-    let json = serde_json::to_vec(&meta).unwrap_or_default();
-    let body = body.map_or(&[][..], |b| &b[..]);
-    let mut out = Vec::with_capacity(35 + json.len() + body.len());
-    out.push(match record.state {
+    let state = match record.state {
         RecordState::InProgress => b'P',
         RecordState::Completed => b'C',
-    });
-    out.extend_from_slice(record.token.to_string().as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(&json);
-    out.push(b'\n');
-    out.extend_from_slice(body);
-    out
+    };
+    // Writing to memory cannot fail; serialising strings and integers cannot either.
+    let _ = out.write_all(&[state]);
+    let _ = out.write_all(&record.token.hex());
+    let _ = out.write_all(b"\n");
+    let _ = serde_json::to_writer(&mut *out, &meta);
+    let _ = out.write_all(b"\n");
+    let _ = out.write_all(body.map_or(&[][..], |b| &b[..]));
 }
 
 /// Parses bytes written by [`encode`]. Anything else is [`StoreError::Corrupt`], never
@@ -197,6 +256,29 @@ mod tests {
         assert_eq!(bytes[0], b'C');
         assert!(bytes.ends_with(b"\x00\n\xff{\"json\":\n}\r\n"));
         assert_eq!(decode(&bytes).unwrap(), r);
+    }
+
+    /// The borrowed encoder writes exactly what the owned `Meta` layout always did.
+    #[test]
+    fn encoding_is_stable() {
+        let r = completed(Some(b"{}"));
+        let bytes = encode(&r);
+        let text = String::from_utf8_lossy(&bytes[34..]).into_owned();
+        let meta_line = text.split('\n').next().unwrap();
+        let expected = format!(
+            "{{\"route\":\"charge\",\"scope\":\"t1\",\"key\":\"inv\\n1\",\"fingerprint\":\"{}\",\
+             \"credentials\":\"{}\",\"attempt\":1,\"created_at_ms\":{},\"expires_at_ms\":{},\
+             \"status\":402,\"headers\":[[\"content-type\",\"application/json\"],\
+             [\"x-raw\",\"caf\u{e9} \u{ff}\"]],\"body_stored\":true}}",
+            "07".repeat(32),
+            "09".repeat(32),
+            r.created_at_ms,
+            r.expires_at_ms
+        );
+        assert_eq!(meta_line, expected);
+        let mut streamed = Vec::new();
+        encode_into(&r, &mut streamed);
+        assert_eq!(streamed, bytes);
     }
 
     #[test]

@@ -91,6 +91,16 @@ impl Token {
     }
 }
 
+impl Token {
+    /// The 32 lowercase hex characters of `Display`, without allocating.
+    pub fn hex(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        // 32 bytes of room for 16 bytes of input: cannot fail.
+        let _ = hex::encode_to_slice(self.0, &mut out);
+        out
+    }
+}
+
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in self.0 {

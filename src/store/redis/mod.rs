@@ -18,12 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Client, RedisResult};
+use redis::aio::ConnectionManager;
+use redis::{Client, Cmd, FromRedisValue, RedisResult, RedisWrite, Script, ToRedisArgs};
 use tokio::time::timeout;
 
 use self::conn::Conn;
 use self::subscriber::Subscriber;
-use super::record::{decode, encode};
+use super::codec::encode_into;
+use super::record::decode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch, Watchers};
 use crate::config::{RedisConfig, RedisMode};
@@ -122,8 +124,8 @@ impl RedisStore {
     ) -> Result<Reserve, StoreError> {
         let mut conn = self.reserve_conn.manager();
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.store_key(key))
-            .arg(encode(record))
+        cmd.arg(&self.store_key(key)[..])
+            .arg(Encoded(record))
             .arg("NX")
             .arg("GET")
             .arg("PX")
@@ -157,15 +159,14 @@ impl RedisStore {
         notify: bool,
     ) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
-        let mut script = scripts::REPLACE_IF_OWNER.prepare_invoke();
-        script
-            .key(self.store_key(key))
-            .arg(owner.to_string())
-            .arg(encode(record))
+        let script = &*scripts::REPLACE_IF_OWNER;
+        let mut cmd = evalsha(script, &self.store_key(key));
+        cmd.arg(&owner.hex()[..])
+            .arg(Encoded(record))
             .arg(millis(ttl))
             .arg(if notify { &*self.channel } else { "" })
-            .arg(key.to_string());
-        let replaced: i64 = self.bounded(script.invoke_async(&mut conn)).await?;
+            .arg(&key.hex()[..]);
+        let replaced: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if replaced == 1 && notify {
             // Local waiters need not wait for the round trip through pub/sub.
             self.watchers.notify(key);
@@ -179,13 +180,12 @@ impl RedisStore {
         owner: &Token,
     ) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
-        let mut script = scripts::RELEASE_IF_OWNER.prepare_invoke();
-        script
-            .key(self.store_key(key))
-            .arg(owner.to_string())
+        let script = &*scripts::RELEASE_IF_OWNER;
+        let mut cmd = evalsha(script, &self.store_key(key));
+        cmd.arg(&owner.hex()[..])
             .arg(&*self.channel)
-            .arg(key.to_string());
-        let released: i64 = self.bounded(script.invoke_async(&mut conn)).await?;
+            .arg(&key.hex()[..]);
+        let released: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if released == 1 {
             self.watchers.notify(key);
         }
@@ -195,19 +195,17 @@ impl RedisStore {
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
         let mut conn = self.conn.manager();
         let mut cmd = redis::cmd("GET");
-        cmd.arg(self.store_key(key));
+        cmd.arg(&self.store_key(key)[..]);
         let bytes: Option<Vec<u8>> = self.bounded(cmd.query_async(&mut conn)).await?;
         bytes.map(|b| decode(&b)).transpose()
     }
 
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
-        let mut script = scripts::DELETE.prepare_invoke();
-        script
-            .key(self.store_key(key))
-            .arg(&*self.channel)
-            .arg(key.to_string());
-        let deleted: i64 = self.bounded(script.invoke_async(&mut conn)).await?;
+        let script = &*scripts::DELETE;
+        let mut cmd = evalsha(script, &self.store_key(key));
+        cmd.arg(&*self.channel).arg(&key.hex()[..]);
+        let deleted: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if deleted == 1 {
             self.watchers.notify(key);
         }
@@ -226,8 +224,12 @@ impl RedisStore {
             .map(drop)
     }
 
-    fn store_key(&self, key: &StoreKey) -> String {
-        format!("{}{key}", self.prefix)
+    /// `key_prefix` + hex(`key`).
+    fn store_key(&self, key: &StoreKey) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix.len() + 64);
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(&key.hex());
+        out
     }
 
     /// Bounds a Redis call by `op_timeout` and maps its errors.
@@ -237,6 +239,40 @@ impl RedisStore {
             Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
             Err(_) => Err(StoreError::Timeout(self.op_timeout)),
         }
+    }
+}
+
+/// A record as one command argument, encoded straight into the command's buffer (no
+/// intermediate copy of the stored body).
+struct Encoded<'a>(&'a Record);
+
+impl ToRedisArgs for Encoded<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        encode_into(self.0, &mut out.writer_for_next_arg());
+    }
+}
+
+/// `EVALSHA <sha> 1 <store key>`, to which the caller appends the script's ARGV.
+fn evalsha(script: &Script, store_key: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(1).arg(store_key);
+    cmd
+}
+
+/// Run an `EVALSHA` command; on `NOSCRIPT` (after a Redis restart or `SCRIPT FLUSH`)
+/// load the script and retry once. Building the command ourselves rather than through
+/// `ScriptInvocation` spares two copies of every argument (the record included).
+async fn eval<T: FromRedisValue>(
+    conn: &mut ConnectionManager,
+    script: &Script,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
     }
 }
 
