@@ -6,8 +6,8 @@
 //! — and a background task purges expired records until the last handle drops.
 //!
 //! Atomicity per key comes from doing check and write under one shard lock. The store
-//! is bounded: a new key beyond `max_records` first evicts the completed record that
-//! expires soonest; in-progress records are never evicted (that would let a duplicate
+//! is bounded: a new key beyond `max_records` first evicts the completed records that
+//! expire soonest (a small batch at a time, see [`EVICT_BATCH_DIVISOR`]); in-progress records are never evicted (that would let a duplicate
 //! execute while the first call runs), so with only those left `reserve` fails `Full`.
 
 mod shard;
@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::HeaderValue;
 use tokio::time::Instant;
 
 use self::shard::{Entry, Shard};
@@ -28,6 +30,9 @@ const SHARDS: usize = 16;
 const PURGE_INTERVAL: Duration = Duration::from_secs(1);
 /// Rounds of "make room, retry" before `reserve` reports `Full` under contention.
 const ROOM_ATTEMPTS: usize = 8;
+/// A full store evicts `max_records / EVICT_BATCH_DIVISOR` completed records at a time
+/// (390 of the default 100 000): the scan over every shard is paid once per batch.
+const EVICT_BATCH_DIVISOR: usize = 256;
 
 /// Handle to the in-process store; clones share the same records.
 #[derive(Clone)]
@@ -180,9 +185,26 @@ fn entry(record: &Record, now: Instant, ttl: Duration) -> Entry {
         .checked_add(ttl)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
     Entry {
-        record: record.clone(),
+        record: owned(record),
         deadline,
     }
+}
+
+/// A copy of `record` whose header values own their bytes. Header values parsed by
+/// hyper are slices of the connection's read buffer: a plain clone would keep that
+/// whole buffer (8 KiB and more) alive for the record's retention — 100 000 records
+/// then held ~700 MiB instead of a few dozen. (The body is the capture's own buffer.)
+fn owned(record: &Record) -> Record {
+    let mut copy = record.clone();
+    if let Some(response) = copy.response.as_mut() {
+        for (_, value) in response.headers.iter_mut() {
+            let bytes = Bytes::copy_from_slice(value.as_bytes());
+            if let Ok(fresh) = HeaderValue::from_maybe_shared(bytes) {
+                *value = fresh;
+            }
+        }
+    }
+    copy
 }
 
 // === impl Shared ===
@@ -214,23 +236,38 @@ impl Shared {
         }
     }
 
-    /// Frees a slot: drop expired records, else evict the completed record expiring
-    /// soonest. Locks one shard at a time, so it cannot deadlock with key operations.
+    /// Frees slots: drop expired records, else evict the completed records expiring
+    /// soonest — a batch of them (`max / EVICT_BATCH_DIVISOR`, at least one), so a full
+    /// store under a stream of new keys pays the shard scan once per batch rather than
+    /// once per reservation. Locks one shard at a time, so it cannot deadlock with key
+    /// operations.
     fn make_room(&self) -> bool {
         self.purge_expired(Instant::now());
         if self.len.load(Ordering::Acquire) < self.max {
             return true;
         }
+        let batch = (self.max / EVICT_BATCH_DIVISOR).max(1);
         for _ in 0..ROOM_ATTEMPTS {
-            let candidate = (0..SHARDS)
-                .filter_map(|i| lock(&self.shards[i]).soonest_completed().map(|c| (c, i)))
-                .min();
-            let Some(((deadline, key), i)) = candidate else {
+            // The `batch` soonest-expiring completed records overall are among the
+            // `batch` soonest of each shard.
+            let mut candidates: Vec<((Instant, StoreKey), usize)> = Vec::new();
+            for (i, shard) in self.shards.iter().enumerate() {
+                let shard = lock(shard);
+                candidates.extend(shard.soonest_completed(batch).map(|c| (c, i)));
+            }
+            if candidates.is_empty() {
                 return false;
-            };
-            let mut shard = lock(&self.shards[i]);
-            if shard.evict(&key, deadline) {
-                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
+            candidates.sort_unstable();
+            candidates.truncate(batch);
+            let mut evicted = 0;
+            for ((deadline, key), i) in candidates {
+                if lock(&self.shards[i]).evict(&key, deadline) {
+                    evicted += 1;
+                }
+            }
+            if evicted > 0 {
+                self.len.fetch_sub(evicted, Ordering::AcqRel);
                 return true;
             }
         }

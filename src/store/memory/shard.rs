@@ -65,9 +65,12 @@ impl Shard {
         purged
     }
 
-    /// The completed record that expires soonest.
-    pub(super) fn soonest_completed(&self) -> Option<(Instant, StoreKey)> {
-        self.completed.first().copied()
+    /// The `n` completed records that expire soonest, soonest first.
+    pub(super) fn soonest_completed(
+        &self,
+        n: usize,
+    ) -> impl Iterator<Item = (Instant, StoreKey)> + '_ {
+        self.completed.iter().take(n).copied()
     }
 
     /// Evicts `key` if it is still the completed entry with `deadline` (it may have
@@ -108,10 +111,13 @@ mod tests {
         assert!(!shard.insert(a, entry(false, now + s)));
         assert!(!shard.insert(b, entry(true, now + 3 * s)));
         assert!(!shard.insert(c, entry(true, now + 2 * s)));
-        assert_eq!(shard.soonest_completed(), Some((now + 2 * s, c)));
+        assert_eq!(shard.soonest_completed(1).next(), Some((now + 2 * s, c)));
         // Completing `a` makes it the soonest eviction candidate.
         assert!(shard.insert(a, entry(true, now + s)));
-        assert_eq!(shard.soonest_completed(), Some((now + s, a)));
+        assert_eq!(
+            shard.soonest_completed(2).collect::<Vec<_>>(),
+            vec![(now + s, a), (now + 2 * s, c)]
+        );
         assert!(!shard.evict(&a, now + 5 * s), "stale candidate");
         assert!(shard.evict(&a, now + s));
         assert!(
@@ -120,6 +126,6 @@ mod tests {
         );
         assert_eq!(shard.purge(now + 2 * s), 1);
         assert_eq!(shard.entries.len(), 1);
-        assert_eq!(shard.soonest_completed(), Some((now + 3 * s, b)));
+        assert_eq!(shard.soonest_completed(1).next(), Some((now + 3 * s, b)));
     }
 }
