@@ -21,6 +21,7 @@ mod lease;
 pub mod problem;
 mod replay;
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use tokio_util::task::TaskTracker;
 pub use body::{BoxError, ProxyBody};
 
 use crate::config::{Config, DefaultAction, OnStoreError, UpstreamConfig};
-use crate::metrics::{Metrics, Outcome};
+use crate::metrics::{Metrics, Outcome, RouteCounters};
 use crate::route::RouteTable;
 use crate::store::Store;
 use forward::UpstreamClient;
@@ -43,6 +44,8 @@ use forward::UpstreamClient;
 /// The parts of the configuration a reload may swap (SIGHUP).
 pub struct Live {
     pub routes: RouteTable,
+    /// Request counters per route name, built with the route table.
+    pub counters: HashMap<String, Arc<RouteCounters>>,
     pub default: DefaultAction,
     pub on_store_error: OnStoreError,
     pub generation: u64,
@@ -71,7 +74,7 @@ impl Proxy {
         metrics.config_generation.set(1);
         Proxy {
             inner: Arc::new(Inner {
-                live: ArcSwap::from_pointee(live(config, 1)),
+                live: ArcSwap::from_pointee(live(config, 1, &metrics)),
                 store,
                 client: forward::client(&config.upstream),
                 upstream: config.upstream.clone(),
@@ -86,7 +89,8 @@ impl Proxy {
     /// with the routes they started with. Returns the new generation.
     pub fn reload(&self, config: &Config) -> u64 {
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        self.inner.live.store(Arc::new(live(config, generation)));
+        let live = live(config, generation, &self.inner.metrics);
+        self.inner.live.store(Arc::new(live));
         self.inner.metrics.config_generation.set(generation as i64);
         generation
     }
@@ -143,7 +147,10 @@ impl Proxy {
             live.on_store_error,
         )
         .await;
-        self.inner.metrics.count(&policy.name, handled.outcome);
+        match live.counters.get(&policy.name) {
+            Some(counters) => counters.inc(handled.outcome),
+            None => self.inner.metrics.count(&policy.name, handled.outcome),
+        }
         tracing::info!(
             route = %policy.name,
             outcome = handled.outcome.as_str(),
@@ -156,9 +163,15 @@ impl Proxy {
     }
 }
 
-fn live(config: &Config, generation: u64) -> Live {
+fn live(config: &Config, generation: u64, metrics: &Metrics) -> Live {
+    let counters = config
+        .routes
+        .iter()
+        .map(|r| (r.name.clone(), metrics.route_counters(&r.name)))
+        .collect();
     Live {
         routes: RouteTable::new(config.routes.clone()),
+        counters,
         default: config.default,
         on_store_error: config.store.on_error,
         generation,
