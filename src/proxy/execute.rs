@@ -71,7 +71,8 @@ async fn run(inner: Arc<Inner>, call: Call, reply: oneshot::Sender<Response<Prox
     let started = Instant::now();
     let holder = LeaseHolder::new(inner.clone(), key, record, policy.lease);
     let out = Outbound::new(reply, inner.upstream.timeout);
-    let (holder, exchange) = renewing(holder, exchange(&inner, &policy, request, out)).await;
+    let work = std::pin::pin!(exchange(&inner, &policy, request, out));
+    let (holder, exchange) = renewing(holder, work).await;
     inner
         .metrics
         .upstream_duration

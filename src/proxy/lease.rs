@@ -4,6 +4,7 @@
 //! store, so it can never overwrite its successor's record.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -142,14 +143,19 @@ impl LeaseHolder {
 }
 
 /// Run `work` while renewing the lease every `lease/3`; return the holder and the output.
-pub async fn renewing<F: Future>(mut holder: LeaseHolder, work: F) -> (LeaseHolder, F::Output) {
-    tokio::pin!(work);
+///
+/// `work` is pinned by the caller and borrowed: taking it by value would store the
+/// (large) exchange future twice in this future's state, and copy it on every call.
+pub async fn renewing<F: Future>(
+    mut holder: LeaseHolder,
+    mut work: Pin<&mut F>,
+) -> (LeaseHolder, F::Output) {
     let period = (holder.lease / 3).max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            output = &mut work => return (holder, output),
+            output = work.as_mut() => return (holder, output),
             _ = ticker.tick(), if holder.owned => holder.renew().await,
         }
     }
