@@ -46,26 +46,49 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Append the client address to `X-Forwarded-For` and `Forwarded` (RFC 7239).
+/// Built on the stack: one allocation per header value, none for formatting.
 pub fn append_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>) {
     let Some(ip) = client else { return };
-    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip.to_string(),
-    };
-    if let Ok(value) = HeaderValue::from_str(&xff) {
+    let mut ip_buf = [0u8; 48];
+    let ip_text = format_ip(ip, &mut ip_buf);
+    let xff = append_value(headers.get(&X_FORWARDED_FOR), &[ip_text]);
+    if let Ok(value) = xff {
         headers.insert(X_FORWARDED_FOR, value);
     }
-    let node = match ip {
-        IpAddr::V4(v4) => format!("for={v4}"),
-        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    let node: [&[u8]; 3] = match ip {
+        IpAddr::V4(_) => [b"for=", ip_text, b""],
+        IpAddr::V6(_) => [b"for=\"[", ip_text, b"]\""],
     };
-    let forwarded = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {node}"),
-        None => node,
-    };
-    if let Ok(value) = HeaderValue::from_str(&forwarded) {
+    if let Ok(value) = append_value(headers.get(header::FORWARDED), &node) {
         headers.insert(header::FORWARDED, value);
     }
+}
+
+/// `ip` as text in `buf` (an IPv6 address takes at most 45 bytes).
+fn format_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cursor, "{ip}");
+    let len = cursor.position() as usize;
+    &buf[..len]
+}
+
+/// `prev, parts…` (or just `parts…` without a previous value) as one header value.
+fn append_value(
+    prev: Option<&HeaderValue>,
+    parts: &[&[u8]],
+) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+    let prev = prev.map(HeaderValue::as_bytes);
+    let len = prev.map_or(0, |p| p.len() + 2) + parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    if let Some(prev) = prev {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(out))
 }
 
 #[cfg(test)]
