@@ -137,7 +137,10 @@ impl Proxy {
 
         // 2–5. Protect.
         let started = Instant::now();
-        let handled = idempotency::protect(
+        // Boxed: the protected flow's future is several KB, and hyper moves the
+        // connection's request future by value; boxing keeps the passthrough path and
+        // every move small.
+        let handled = Box::pin(idempotency::protect(
             &self.inner,
             policy.clone(),
             captures,
@@ -145,7 +148,7 @@ impl Proxy {
             body,
             client_ip,
             live.on_store_error,
-        )
+        ))
         .await;
         match live.counters.get(&policy.name) {
             Some(counters) => counters.inc(handled.outcome),
