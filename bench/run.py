@@ -377,7 +377,8 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
             ops = {k: v for k, v in ops.items() if v > 0}
             # commandstats also counts the commands a script runs inside Redis; take
             # them out to get what idem sent (one SET or EVALSHA per store operation).
-            inner = sum(INNER_CALLS.get(op, 0) * n for op, n in ops.items())
+            inner = (sum(delta.get(c, 0) for c in SCRIPT_ONLY)
+                     + sum(ops.get(op, 0) for op in SCRIPT_SETS))
             sent = sum(delta.values()) - inner
             result["redis_commands"] = delta
             result["store_ops"] = ops
@@ -397,9 +398,11 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
     return result
 
 
-# Commands each store operation's EVALSHA runs inside Redis on its normal path (owner
-# matched): GET + SET (+ PUBLISH when it notifies waiters). Reserve is a plain SET.
-INNER_CALLS = {"complete": 3, "renew": 2, "release": 3, "takeover": 2}
+# What the ownership scripts run inside Redis (commandstats counts those too): GET,
+# PUBLISH and DEL, which idem never sends itself on the request path, and one SET per
+# completion, renewal or takeover whose owner matched. Reservations are plain SETs.
+SCRIPT_ONLY = ("get", "publish", "del")
+SCRIPT_SETS = ("complete", "renew", "takeover")
 
 
 def store_ops(metrics):

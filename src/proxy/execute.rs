@@ -22,7 +22,7 @@ use super::capture::Capture;
 use super::headers::strip_hop_by_hop;
 use super::lease::{renewing, LeaseHolder};
 use super::{problem, Inner};
-use crate::config::{OnAmbiguous, RoutePolicy};
+use crate::config::{OnAmbiguous, OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::store::{Record, StoredResponse};
 
@@ -41,9 +41,7 @@ pub fn spawn(inner: &Arc<Inner>, call: Call) -> oneshot::Receiver<Response<Proxy
     let (reply, rx) = oneshot::channel();
     // Boxed where it is made: the call's future is ~9 KB, and spawning moves (copies)
     // a future by value several times on its way into the task.
-    inner
-        .tasks
-        .spawn(Box::pin(run(inner.clone(), call, reply)));
+    inner.tasks.spawn(Box::pin(run(inner.clone(), call, reply)));
     rx
 }
 
@@ -70,7 +68,8 @@ async fn run(inner: Arc<Inner>, call: Call, reply: oneshot::Sender<Response<Prox
     } = call;
     inner.metrics.inflight.inc();
     let started = Instant::now();
-    let holder = LeaseHolder::new(inner.clone(), key, record, policy.lease);
+    let waiters = policy.on_concurrent == OnConcurrent::Wait;
+    let holder = LeaseHolder::new(inner.clone(), key, record, policy.lease, waiters);
     let out = Outbound::new(reply, inner.upstream.timeout);
     let work = std::pin::pin!(exchange(&inner, &policy, request, out));
     let (holder, exchange) = renewing(holder, work).await;

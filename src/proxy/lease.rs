@@ -20,16 +20,27 @@ pub struct LeaseHolder {
     lease: Duration,
     /// False once a renewal found the record taken over.
     owned: bool,
+    /// Wake waiting duplicates (every replica) on completion. Only routes with
+    /// `on_concurrent: wait` have waiters; for the others the notification (a Redis
+    /// `PUBLISH` fanned out to every replica's subscription) would be pure overhead.
+    notify: bool,
 }
 
 impl LeaseHolder {
-    pub fn new(inner: Arc<Inner>, key: StoreKey, record: Record, lease: Duration) -> Self {
+    pub fn new(
+        inner: Arc<Inner>,
+        key: StoreKey,
+        record: Record,
+        lease: Duration,
+        notify: bool,
+    ) -> Self {
         LeaseHolder {
             inner,
             key,
             record,
             lease,
             owned: true,
+            notify,
         }
     }
 
@@ -99,6 +110,7 @@ impl LeaseHolder {
                     record: self.record.clone(),
                     lease: self.lease,
                     owned: self.owned,
+                    notify: self.notify,
                 };
                 self.inner
                     .tasks
@@ -114,7 +126,13 @@ impl LeaseHolder {
     ) -> Result<bool, crate::store::StoreError> {
         self.inner
             .store
-            .replace_if_owner(&self.key, &self.record.token, record, retention, true)
+            .replace_if_owner(
+                &self.key,
+                &self.record.token,
+                record,
+                retention,
+                self.notify,
+            )
             .await
     }
 
