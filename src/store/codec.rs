@@ -18,23 +18,32 @@
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Record, RecordState, StoreError, StoredResponse, Token};
 
-/// Everything but the state, the token and the body.
+/// Everything but the state, the token and the body. Strings borrow from the record's
+/// bytes unless they hold escapes.
 #[derive(Deserialize)]
-struct Meta {
-    route: String,
-    scope: String,
-    key: String,
-    fingerprint: String,
-    credentials: String,
+struct Meta<'a> {
+    #[serde(borrow)]
+    route: Cow<'a, str>,
+    #[serde(borrow)]
+    scope: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    fingerprint: Cow<'a, str>,
+    #[serde(borrow)]
+    credentials: Cow<'a, str>,
     attempt: u32,
     created_at_ms: u64,
     expires_at_ms: u64,
     status: Option<u16>,
-    headers: Vec<(String, String)>,
+    #[serde(borrow)]
+    headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     body_stored: bool,
 }
 
@@ -175,9 +184,9 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
     Ok(Record {
         state,
         token,
-        route: meta.route,
-        scope: meta.scope,
-        key: meta.key,
+        route: meta.route.into_owned(),
+        scope: meta.scope.into_owned(),
+        key: meta.key.into_owned(),
         fingerprint: digest(&meta.fingerprint)?,
         credentials: digest(&meta.credentials)?,
         attempt: meta.attempt,
@@ -197,11 +206,16 @@ fn latin1(bytes: &[u8]) -> String {
 
 fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), StoreError> {
     let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| corrupt("bad header name"))?;
-    let bytes = value
-        .chars()
-        .map(|c| u8::try_from(u32::from(c)).map_err(|_| corrupt("header value not latin-1")))
-        .collect::<Result<Vec<u8>, _>>()?;
-    let value = HeaderValue::from_bytes(&bytes).map_err(|_| corrupt("bad header value"))?;
+    let value = if value.is_ascii() {
+        HeaderValue::from_bytes(value.as_bytes())
+    } else {
+        let bytes = value
+            .chars()
+            .map(|c| u8::try_from(u32::from(c)).map_err(|_| corrupt("header value not latin-1")))
+            .collect::<Result<Vec<u8>, _>>()?;
+        HeaderValue::from_bytes(&bytes)
+    };
+    let value = value.map_err(|_| corrupt("bad header value"))?;
     Ok((name, value))
 }
 
