@@ -3,8 +3,8 @@
 //! - Store key: `key_prefix` + hex(`StoreKey`). Event channel: `{key_prefix}events`.
 //! - Every operation is one round trip, bounded by `op_timeout` ([`StoreError::Timeout`]);
 //!   any Redis or connection error is [`StoreError::Unavailable`].
-//! - Commands share one multiplexed, self-reconnecting connection ([`conn`]); wake-ups
-//!   come from one pub/sub subscription per store ([`subscriber`]). Both start in the
+//! - Commands share one multiplexed, self-reconnecting connection (`conn.rs`); wake-ups
+//!   come from one pub/sub subscription per store (`subscriber.rs`). Both start in the
 //!   background: [`RedisStore::connect`] succeeds even while Redis is down.
 //!
 //! [`connect`]: RedisStore::connect
