@@ -7,3 +7,4 @@ pub mod harness;
 pub mod redis;
 pub mod store;
 pub mod upstream;
+pub mod faulty;
