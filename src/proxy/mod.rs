@@ -22,7 +22,7 @@ pub mod problem;
 mod replay;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -58,6 +58,8 @@ pub struct Inner {
     /// Detached upstream calls; shutdown waits for them to record their outcome.
     pub tasks: TaskTracker,
     generation: AtomicU64,
+    /// Background releases of reservations that timed out (see `idempotency`).
+    orphans: AtomicUsize,
 }
 
 /// The proxy service: cheap to clone, one per connection.
@@ -78,6 +80,7 @@ impl Proxy {
                 metrics,
                 tasks: TaskTracker::new(),
                 generation: AtomicU64::new(1),
+                orphans: AtomicUsize::new(0),
             }),
         }
     }
