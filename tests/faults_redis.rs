@@ -155,7 +155,7 @@ struct Measured {
 /// `store_unavailable` + `Retry-After` and nothing reaches the upstream; `/readyz` is
 /// unready; afterwards idem recovers by itself, and a key refused during the outage is
 /// usable at once (not left reserved).
-async fn reject_during(outage: Outage) -> Measured {
+async fn reject_during(outage: Outage, extra: Duration) -> Measured {
     let mut rig = Rig::new("reject", "10s").await;
     let first = rig.post("before", &[]).await;
     assert_eq!(first.status, 201, "{}", first.text());
@@ -181,6 +181,10 @@ async fn reject_during(outage: Outage) -> Measured {
         "{outage:?}: nothing reached the upstream"
     );
     assert!(rig.metric("idem_requests_total{route=\"charge\",outcome=\"store_error\"}").await >= 4.0);
+    // A longer outage outlives the connection (the health loop rebuilds it after 2 s).
+    tokio::time::sleep(extra).await;
+    assert_eq!(rig.post("during_4", &[]).await.status, 503);
+    assert_eq!(rig.upstream.total_executions(), 1);
 
     outage.end(&mut rig);
     let ended = Instant::now();
@@ -231,7 +235,7 @@ async fn reject_during(outage: Outage) -> Measured {
         serving_after,
         refused_key_usable_after,
     };
-    println!("MEASURED reject/{outage:?}: {measured:?}");
+    println!("MEASURED reject/{outage:?} (+{extra:?}): {measured:?}");
     measured
 }
 
@@ -273,12 +277,13 @@ async fn passthrough_during(outage: Outage) {
 }
 
 macro_rules! outage_tests {
-    ($($name:ident: $outage:expr),* $(,)?) => {
+    ($($name:ident: $outage:expr, $extra_ms:expr);* $(;)?) => {
         mod reject {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let m = super::reject_during($outage).await;
+                    let extra = std::time::Duration::from_millis($extra_ms);
+                    let m = super::reject_during($outage, extra).await;
                     assert!(m.slowest_refusal < super::OP_TIMEOUT * 4, "{m:?}");
                     assert!(m.ready_after < super::RECOVERY_BOUND, "{m:?}");
                     assert!(m.serving_after < super::RECOVERY_BOUND, "{m:?}");
@@ -298,10 +303,13 @@ macro_rules! outage_tests {
 }
 
 outage_tests!(
-    killed: super::Outage::Killed,
-    paused: super::Outage::Paused,
-    black_holed: super::Outage::BlackHoled,
-    slow: super::Outage::Slow,
+    killed: super::Outage::Killed, 0;
+    paused: super::Outage::Paused, 0;
+    black_holed: super::Outage::BlackHoled, 0;
+    slow: super::Outage::Slow, 0;
+    killed_5s: super::Outage::Killed, 5000;
+    paused_5s: super::Outage::Paused, 5000;
+    black_holed_5s: super::Outage::BlackHoled, 5000;
 );
 
 /// Redis fails right after the reserve, while the upstream call runs, and stays away

@@ -50,6 +50,8 @@ struct Trigger {
     dir: Dir,
     pattern: Vec<u8>,
     fault: Fault,
+    /// Only the connection the chunk travels on, rather than the whole link.
+    this_connection: bool,
 }
 
 struct Shared {
@@ -61,16 +63,19 @@ struct Shared {
 }
 
 impl Shared {
-    /// The fault a chunk going `dir` switches on, if it matches an armed trigger.
-    fn check(&self, dir: Dir, chunk: &[u8]) -> Option<Fault> {
+    /// The fault a chunk going `dir` switches on, if it matches an armed trigger, and
+    /// whether it is for this connection only.
+    fn check(&self, dir: Dir, chunk: &[u8]) -> Option<(Fault, bool)> {
         let mut triggers = self.triggers.lock().unwrap();
         let i = triggers.iter().position(|t| {
             t.dir == dir && chunk.windows(t.pattern.len().max(1)).any(|w| w == t.pattern)
         })?;
-        let fault = triggers.remove(i).fault;
+        let trigger = triggers.remove(i);
         self.fired.fetch_add(1, Ordering::SeqCst);
-        self.fault.send_replace(fault.clone());
-        Some(fault)
+        if !trigger.this_connection {
+            self.fault.send_replace(trigger.fault.clone());
+        }
+        Some((trigger.fault, trigger.this_connection))
     }
 }
 
@@ -124,13 +129,34 @@ impl FaultyProxy {
         self.shared.fault.borrow().clone()
     }
 
-    /// Switch to `fault` when a chunk going `dir` contains `pattern` (one shot).
+    /// Switch the whole link to `fault` when a chunk going `dir` contains `pattern`
+    /// (one shot).
     pub fn arm(&self, dir: Dir, pattern: &[u8], fault: Fault) {
+        self.push_trigger(dir, pattern, fault, false);
+    }
+
+    /// Apply `fault` to the one connection on which a chunk going `dir` contains
+    /// `pattern` (one shot): `Reset` resets it, `Hold` freezes it for good (until the
+    /// link is reset or the proxy dropped), `Delay` slows it.
+    pub fn arm_connection(&self, dir: Dir, pattern: &[u8], fault: Fault) {
+        self.push_trigger(dir, pattern, fault, true);
+    }
+
+    fn push_trigger(&self, dir: Dir, pattern: &[u8], fault: Fault, this_connection: bool) {
         self.shared.triggers.lock().unwrap().push(Trigger {
             dir,
             pattern: pattern.to_vec(),
             fault,
+            this_connection,
         });
+    }
+
+    /// Reset every open connection (new ones are then accepted as before).
+    pub async fn reset_open(&self) {
+        let before = self.fault();
+        self.set(Fault::Reset);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.set(before);
     }
 
     /// How many armed triggers have fired.
@@ -192,9 +218,16 @@ async fn pump(
     let mut down = vec![0u8; 64 * 1024];
     // A chunk kept back by a triggered `Hold`, forwarded when the hold lifts.
     let mut pending: Option<(Dir, Vec<u8>)> = None;
+    // A fault triggered for this connection only; overrides the link's unless Reset.
+    let mut local: Option<Fault> = None;
     let (mut up_open, mut down_open) = (true, true);
     while up_open || down_open {
-        let fault = faults.borrow_and_update().clone();
+        let mut fault = faults.borrow_and_update().clone();
+        if let Some(l) = &local {
+            if fault != Fault::Reset {
+                fault = l.clone();
+            }
+        }
         match fault {
             Fault::Reset => {
                 reset(client);
@@ -239,7 +272,11 @@ async fn pump(
             Ok(n) => n,
         };
         let chunk = if dir == Dir::Up { &up[..n] } else { &down[..n] };
-        match shared.check(dir, chunk) {
+        let triggered = shared.check(dir, chunk);
+        if let Some((fault, true)) = &triggered {
+            local = Some(fault.clone());
+        }
+        match triggered.map(|(fault, _)| fault) {
             Some(Fault::Reset) => {
                 reset(client);
                 reset(server);
