@@ -83,17 +83,25 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let when_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    // The admin listener outlives the drain: `/readyz` answers 503 "draining" and
+    // `/metrics` stays observable until the proxy has finished.
+    let (admin_stop, admin_stopped) = watch::channel(false);
     tokio::spawn(admin::serve(
         admin_listener,
         admin.clone(),
-        when_stopped(stopped.clone()),
+        when_stopped(admin_stopped),
     ));
-    let done = tokio::spawn(server::serve(
+    let server = server::serve(
         listener,
         proxy.clone(),
         config.server.clone(),
         when_stopped(stopped),
-    ));
+    );
+    let done = tokio::spawn(async move {
+        let drained = server.await;
+        let _ = admin_stop.send(true);
+        drained
+    });
     tracing::info!(%addr, %admin_addr, upstream = %config.upstream.url, "idem listening");
     Ok(Running {
         addr,
