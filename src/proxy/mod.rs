@@ -17,6 +17,7 @@ mod execute;
 pub mod forward;
 pub mod headers;
 mod idempotency;
+mod intent;
 mod lease;
 pub mod problem;
 mod replay;
