@@ -43,7 +43,10 @@ async fn missing_key_is_400_and_nothing_runs() {
     let r = post(&url(&idem, "/emails"), &[], "{}").await;
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "idempotency_key_missing");
-    assert!(r.json()["detail"].as_str().unwrap().contains("Nothing was executed"));
+    assert!(r.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("Nothing was executed"));
     assert_eq!(env.upstream.total_executions(), 0);
 }
 
@@ -51,11 +54,23 @@ async fn missing_key_is_400_and_nothing_runs() {
 async fn alternatives_are_tried_in_order() {
     let (env, idem) = env().await;
     let u = url(&idem, "/emails");
-    let orchestrated = [("x-task-id", "t1"), ("x-step", "3"), ("idempotency-key", "model-chosen")];
+    let orchestrated = [
+        ("x-task-id", "t1"),
+        ("x-step", "3"),
+        ("idempotency-key", "model-chosen"),
+    ];
     post(&u, &orchestrated, "{}").await;
-    assert_eq!(env.upstream.executions("t1:3"), 1, "orchestrator key preferred");
+    assert_eq!(
+        env.upstream.executions("t1:3"),
+        1,
+        "orchestrator key preferred"
+    );
     post(&u, &[("idempotency-key", "k1")], "{}").await;
-    assert_eq!(env.upstream.executions("k1"), 1, "caller key as last resort");
+    assert_eq!(
+        env.upstream.executions("k1"),
+        1,
+        "caller key as last resort"
+    );
 }
 
 #[tokio::test]
@@ -73,13 +88,22 @@ async fn invalid_keys_are_400() {
     let (env, idem) = env().await;
     let u = url(&idem, "/emails");
     let r = post(&u, &[("idempotency-key", "")], "{}").await;
-    assert_eq!((r.status, r.code().as_str()), (400, "idempotency_key_invalid"));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "idempotency_key_invalid")
+    );
     let long = "k".repeat(256);
     let r = post(&u, &[("idempotency-key", long.as_str())], "{}").await;
-    assert_eq!((r.status, r.code().as_str()), (400, "idempotency_key_invalid"));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "idempotency_key_invalid")
+    );
     let t = url(&idem, "/tickets");
     let r = post(&t, &[], r#"{"customerId":"cüs"}"#).await;
-    assert_eq!((r.status, r.code().as_str()), (400, "idempotency_key_invalid"));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "idempotency_key_invalid")
+    );
     assert_eq!(env.upstream.total_executions(), 0);
 }
 
@@ -131,16 +155,40 @@ async fn require_key_false_forwards_unprotected() {
 #[tokio::test]
 async fn read_only_and_unmatched_requests_pass_through() {
     let (env, idem) = env().await;
-    let r = send("GET", &url(&idem, "/emails"), &[("idempotency-key", "g")], "").await;
+    let r = send(
+        "GET",
+        &url(&idem, "/emails"),
+        &[("idempotency-key", "g")],
+        "",
+    )
+    .await;
     assert!(!r.replayed());
-    send("GET", &url(&idem, "/emails"), &[("idempotency-key", "g")], "").await;
-    assert_eq!(env.upstream.total_executions(), 2, "GET is not made idempotent unless named");
+    send(
+        "GET",
+        &url(&idem, "/emails"),
+        &[("idempotency-key", "g")],
+        "",
+    )
+    .await;
+    assert_eq!(
+        env.upstream.total_executions(),
+        2,
+        "GET is not made idempotent unless named"
+    );
     let r = send("GET", &url(&idem, "/lookups/7"), &[], "").await;
     assert_eq!(r.status, 201);
-    assert!(send("GET", &url(&idem, "/lookups/7"), &[], "").await.replayed(), "a route may name GET");
+    assert!(
+        send("GET", &url(&idem, "/lookups/7"), &[], "")
+            .await
+            .replayed(),
+        "a route may name GET"
+    );
     let r = post(&url(&idem, "/elsewhere"), &[], "raw body, not json").await;
     assert_eq!(r.status, 201);
-    assert_eq!(env.upstream.received().last().unwrap().body, "raw body, not json");
+    assert_eq!(
+        env.upstream.received().last().unwrap().body,
+        "raw body, not json"
+    );
 }
 
 #[tokio::test]

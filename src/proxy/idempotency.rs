@@ -99,7 +99,10 @@ impl Flow<'_> {
             let inner = self.inner;
             let store = &inner.store;
             let reserved = self
-                .timed(StoreOp::reserve, store.reserve(&intent.store_key, &mine, policy.lease))
+                .timed(
+                    StoreOp::reserve,
+                    store.reserve(&intent.store_key, &mine, policy.lease),
+                )
                 .await;
             let existing = match reserved {
                 Err(e) => return self.store_failed(e).await,
