@@ -91,14 +91,23 @@
 {{/* The user's application container. */}}
 {{- define "idem.appContainer" -}}
 {{- $a := .Values.app -}}
+{{- $image := $a.image -}}
+{{- $args := $a.args -}}
+{{- $securityContext := $a.securityContext -}}
+{{- if not $image.repository -}}
+{{- /* No app image given: the demo echo server, so the default values deploy something. */ -}}
+{{- $image = merge (dict "repository" "hashicorp/http-echo" "tag" "1.0.0") (omit $image "repository") -}}
+{{- $args = $args | default (list (printf "-listen=127.0.0.1:%d" (int $a.port)) "-text=hello from behind idem") -}}
+{{- $securityContext = merge (dict "runAsUser" 65532 "runAsGroup" 65532) ($securityContext | default dict) -}}
+{{- end -}}
 - name: {{ $a.name }}
-  image: {{ include "idem.imageRef" (list $a.image "") | quote }}
+  image: {{ include "idem.imageRef" (list $image "") | quote }}
   imagePullPolicy: {{ $a.image.pullPolicy }}
   {{- with $a.command }}
   command:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with $a.args }}
+  {{- with $args }}
   args:
     {{- toYaml . | nindent 4 }}
   {{- end }}
@@ -134,7 +143,7 @@
   resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with $a.securityContext }}
+  {{- with $securityContext }}
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
