@@ -87,7 +87,7 @@ fn routes(env: &Env, extra_route: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
     let env = Env::new(Backend::Memory).await;
-    let p = IdemProcess::spawn_with(&routes(&env, ""), &[], "info").await;
+    let p = IdemProcess::spawn_with(&routes(&env, ""), &[], "info", &[]).await;
     let u = p.url("/invoices/r1/charge");
     let inflight = tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "800")], "{}").await });
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -131,7 +131,8 @@ async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_log_lines_carry_the_key_hash_never_the_key_or_credentials() {
     let env = Env::new(Backend::Memory).await;
-    let p = IdemProcess::spawn_with(&routes(&env, ""), &["--log-format", "json"], "info").await;
+    let p =
+        IdemProcess::spawn_with(&routes(&env, ""), &["--log-format", "json"], "info", &[]).await;
     let u = p.url("/invoices/inv_secret/charge");
     let auth = [
         ("authorization", "Bearer s3cret-token"),

@@ -126,12 +126,17 @@ pub struct IdemProcess {
 impl IdemProcess {
     /// Write `yaml` (with `listen`/`admin` prepended) and spawn `idem serve --config`.
     pub async fn spawn(yaml: &str) -> IdemProcess {
-        Self::spawn_with(yaml, &[], "warn").await
+        Self::spawn_with(yaml, &[], "warn", &[]).await
     }
 
     /// As `spawn`, with extra CLI arguments and a `RUST_LOG` filter; stderr goes to a
     /// file that [`IdemProcess::logs`] reads.
-    pub async fn spawn_with(yaml: &str, args: &[&str], rust_log: &str) -> IdemProcess {
+    pub async fn spawn_with(
+        yaml: &str,
+        args: &[&str],
+        rust_log: &str,
+        envs: &[(&str, &str)],
+    ) -> IdemProcess {
         let port = free_port();
         let admin_port = free_port();
         let dir = tempfile::tempdir().unwrap();
@@ -145,6 +150,7 @@ impl IdemProcess {
             .arg(&config_path)
             .args(args)
             .env("RUST_LOG", rust_log)
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
