@@ -28,3 +28,4 @@ pub mod signal;
 pub mod store;
 pub mod telemetry;
 pub mod template;
+pub mod tls;

@@ -31,10 +31,20 @@ async fn first_call_forwards_once_and_repeats_replay(b: Backend) {
     let env = Env::new(b).await;
     let idem = env.idem(CHARGE).await;
     let u = url(&idem, "/invoices/inv_1/charge");
-    let first = post(&u, &[("content-type", "application/json")], r#"{"amount":100}"#).await;
+    let first = post(
+        &u,
+        &[("content-type", "application/json")],
+        r#"{"amount":100}"#,
+    )
+    .await;
     assert_eq!(first.status, 201, "{}", first.text());
     assert!(!first.replayed());
-    let again = post(&u, &[("content-type", "application/json")], r#"{"amount":100}"#).await;
+    let again = post(
+        &u,
+        &[("content-type", "application/json")],
+        r#"{"amount":100}"#,
+    )
+    .await;
     assert_eq!(again.status, 201);
     assert!(again.replayed());
     assert_eq!(again.body, first.body);
@@ -85,7 +95,9 @@ async fn concurrent_duplicates_conflict_and_execute_once(b: Backend) {
 
 async fn concurrent_duplicates_wait_and_all_get_the_result(b: Backend) {
     let env = Env::new(b).await;
-    let idem = env.idem(&charge_with("on_concurrent: wait\nwait_timeout: 5s")).await;
+    let idem = env
+        .idem(&charge_with("on_concurrent: wait\nwait_timeout: 5s"))
+        .await;
     let u = url(&idem, "/invoices/inv_w/charge");
     let calls = (0..50).map(|_| post(&u, &[("x-mock-delay-ms", "300")], "{}"));
     let results = join_all(calls).await;
@@ -99,7 +111,9 @@ async fn concurrent_duplicates_wait_and_all_get_the_result(b: Backend) {
 
 async fn wait_times_out_with_409(b: Backend) {
     let env = Env::new(b).await;
-    let idem = env.idem(&charge_with("on_concurrent: wait\nwait_timeout: 200ms")).await;
+    let idem = env
+        .idem(&charge_with("on_concurrent: wait\nwait_timeout: 200ms"))
+        .await;
     let u = url(&idem, "/invoices/inv_wt/charge");
     let slow = post(&u, &[("x-mock-delay-ms", "1000")], "{}");
     let dup = async {
@@ -119,18 +133,28 @@ async fn server_errors_are_not_stored_and_retry_forwards_again(b: Backend) {
     let r = post(&u, &[("x-mock-status", "503")], "{}").await;
     assert_eq!(r.status, 503);
     let r = post(&u, &[("x-mock-status", "429")], "{}").await;
-    assert_eq!(r.status, 429, "a 5xx is released, so the retry is forwarded");
+    assert_eq!(
+        r.status, 429,
+        "a 5xx is released, so the retry is forwarded"
+    );
     let r = post(&u, &[], "{}").await;
     assert_eq!(r.status, 201, "a 429 is released too");
     assert!(!r.replayed());
-    assert_eq!(env.upstream.executions("charge:inv_5"), 3, "same upstream key every time");
+    assert_eq!(
+        env.upstream.executions("charge:inv_5"),
+        3,
+        "same upstream key every time"
+    );
 }
 
 async fn definitive_4xx_is_stored_and_replayed(b: Backend) {
     let env = Env::new(b).await;
     let idem = env.idem(CHARGE).await;
     let u = url(&idem, "/invoices/inv_6/charge");
-    assert_eq!(post(&u, &[("x-mock-status", "402")], "{}").await.status, 402);
+    assert_eq!(
+        post(&u, &[("x-mock-status", "402")], "{}").await.status,
+        402
+    );
     let r = post(&u, &[], "{}").await;
     assert_eq!(r.status, 402);
     assert!(r.replayed());
@@ -141,7 +165,10 @@ async fn on_failure_retry_starts_a_new_attempt_with_a_new_upstream_key(b: Backen
     let env = Env::new(b).await;
     let idem = env.idem(&charge_with("on_failure: retry")).await;
     let u = url(&idem, "/invoices/inv_7/charge");
-    assert_eq!(post(&u, &[("x-mock-status", "402")], "{}").await.status, 402);
+    assert_eq!(
+        post(&u, &[("x-mock-status", "402")], "{}").await.status,
+        402
+    );
     let r = post(&u, &[], "{}").await;
     assert_eq!(r.status, 201);
     assert!(!r.replayed());
@@ -155,7 +182,10 @@ async fn store_statuses_limits_what_is_stored(b: Backend) {
     let env = Env::new(b).await;
     let idem = env.idem(&charge_with("store_statuses: [2xx]")).await;
     let u = url(&idem, "/invoices/inv_8/charge");
-    assert_eq!(post(&u, &[("x-mock-status", "404")], "{}").await.status, 404);
+    assert_eq!(
+        post(&u, &[("x-mock-status", "404")], "{}").await.status,
+        404
+    );
     assert_eq!(post(&u, &[], "{}").await.status, 201);
     assert_eq!(env.upstream.total_executions(), 2);
 }
@@ -172,7 +202,10 @@ async fn upstream_refused_is_502_and_released(b: Backend) {
     assert_eq!(r.status, 502);
     assert_eq!(r.code(), "upstream_unavailable");
     let r = post(&u, &[], "{}").await;
-    assert_eq!(r.status, 502, "released: the retry tried again rather than 409");
+    assert_eq!(
+        r.status, 502,
+        "released: the retry tried again rather than 409"
+    );
     assert_eq!(real.total_executions(), 0);
 }
 
@@ -187,11 +220,18 @@ async fn ambiguous_timeout_holds_the_key_until_the_lease_ends(b: Backend) {
     assert_eq!(r.code(), "upstream_timeout");
     assert!(r.json()["detail"].as_str().unwrap().contains("unknown"));
     let r = post(&u, &[], "{}").await;
-    assert_eq!(r.status, 409, "held: no second execution while the outcome is unknown");
+    assert_eq!(
+        r.status, 409,
+        "held: no second execution while the outcome is unknown"
+    );
     tokio::time::sleep(Duration::from_millis(1700)).await;
     let r = post(&u, &[], "{}").await;
     assert_eq!(r.status, 201, "after the lease a retry is forwarded");
-    assert_eq!(env.upstream.executions("charge:inv_t"), 2, "with the same upstream key");
+    assert_eq!(
+        env.upstream.executions("charge:inv_t"),
+        2,
+        "with the same upstream key"
+    );
 }
 
 async fn ambiguous_release_lets_the_retry_through_at_once(b: Backend) {
@@ -200,7 +240,10 @@ async fn ambiguous_release_lets_the_retry_through_at_once(b: Backend) {
         .idem_with_timeout(&charge_with("on_ambiguous: release"), "300ms")
         .await;
     let u = url(&idem, "/invoices/inv_r/charge");
-    assert_eq!(post(&u, &[("x-mock-delay-ms", "600")], "{}").await.status, 504);
+    assert_eq!(
+        post(&u, &[("x-mock-delay-ms", "600")], "{}").await.status,
+        504
+    );
     assert_eq!(post(&u, &[], "{}").await.status, 201);
 }
 
@@ -237,7 +280,10 @@ async fn client_that_gives_up_gets_the_replay_on_retry(b: Backend) {
     tokio::time::sleep(Duration::from_millis(700)).await;
     let r = post(&u, &[("x-mock-delay-ms", "500")], "{}").await;
     assert_eq!(r.status, 201);
-    assert!(r.replayed(), "the upstream call ran to completion and was recorded");
+    assert!(
+        r.replayed(),
+        "the upstream call ran to completion and was recorded"
+    );
     assert_eq!(env.upstream.executions("charge:inv_gone"), 1);
 }
 
@@ -258,7 +304,12 @@ async fn large_response_streams_but_is_not_stored(b: Backend) {
     let env = Env::new(b).await;
     let idem = env.idem(&charge_with("max_response_bytes: 1KiB")).await;
     let u = url(&idem, "/invoices/inv_big/charge");
-    let first = post(&u, &[("x-mock-body-bytes", "5000"), ("x-mock-status", "200")], "{}").await;
+    let first = post(
+        &u,
+        &[("x-mock-body-bytes", "5000"), ("x-mock-status", "200")],
+        "{}",
+    )
+    .await;
     assert_eq!(first.status, 200);
     assert_eq!(first.body.len(), 5000);
     let again = post(&u, &[], "{}").await;

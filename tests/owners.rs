@@ -31,7 +31,9 @@ async fn frozen_owner_cannot_overwrite_its_successor() {
     let a = IdemProcess::spawn(&yaml(&env)).await;
     let b = IdemProcess::spawn(&yaml(&env)).await;
     let u_a = a.url("/invoices/inv_f/charge");
-    let first = tokio::spawn(async move { support::harness::try_send("POST", &u_a, &[("x-mock-delay-ms", "1500")], "{}").await });
+    let first = tokio::spawn(async move {
+        support::harness::try_send("POST", &u_a, &[("x-mock-delay-ms", "1500")], "{}").await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     a.signal("STOP");
     // Past the lease: A cannot renew, so the reservation expires.
@@ -39,7 +41,11 @@ async fn frozen_owner_cannot_overwrite_its_successor() {
     let successor = post(&b.url("/invoices/inv_f/charge"), &[], "{}").await;
     assert_eq!(successor.status, 201, "{}", successor.text());
     assert!(!successor.replayed());
-    assert_eq!(env.upstream.executions("charge:inv_f"), 2, "same upstream key both times");
+    assert_eq!(
+        env.upstream.executions("charge:inv_f"),
+        2,
+        "same upstream key both times"
+    );
     a.signal("CONT");
     let _ = first.await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -56,7 +62,9 @@ async fn killed_owner_leaves_a_lease_that_expires() {
     let mut a = IdemProcess::spawn(&yaml(&env)).await;
     let b = IdemProcess::spawn(&yaml(&env)).await;
     let u_a = a.url("/invoices/inv_k/charge");
-    tokio::spawn(async move { support::harness::try_send("POST", &u_a, &[("x-mock-delay-ms", "3000")], "{}").await });
+    tokio::spawn(async move {
+        support::harness::try_send("POST", &u_a, &[("x-mock-delay-ms", "3000")], "{}").await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     a.kill();
     let u = b.url("/invoices/inv_k/charge");
@@ -65,11 +73,17 @@ async fn killed_owner_leaves_a_lease_that_expires() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let r = post(&u, &[], "{}").await;
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(env.upstream.executions("charge:inv_k"), 2, "one retry, same upstream key");
+    assert_eq!(
+        env.upstream.executions("charge:inv_k"),
+        2,
+        "one retry, same upstream key"
+    );
     assert!(post(&u, &[], "{}").await.replayed());
     // A restarted idem needs no clean-up.
     let c = IdemProcess::spawn(&yaml(&env)).await;
-    assert!(post(&c.url("/invoices/inv_k/charge"), &[], "{}").await.replayed());
+    assert!(post(&c.url("/invoices/inv_k/charge"), &[], "{}")
+        .await
+        .replayed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,12 +91,21 @@ async fn sigterm_drains_in_flight_calls_and_records_them() {
     let env = Env::new(Backend::Redis).await;
     let mut a = IdemProcess::spawn(&yaml(&env)).await;
     let u_a = a.url("/invoices/inv_d/charge");
-    let inflight = tokio::spawn(async move { post(&u_a, &[("x-mock-delay-ms", "800")], "{}").await });
+    let inflight =
+        tokio::spawn(async move { post(&u_a, &[("x-mock-delay-ms", "800")], "{}").await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     a.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ready = send("GET", &a.admin_url("/readyz"), &[], "").await;
+    assert_eq!((ready.status, ready.text().trim()), (503, "draining"));
+    let refused =
+        support::harness::try_send("POST", &a.url("/invoices/other/charge"), &[], "{}").await;
+    assert!(refused.is_err(), "no new connections while draining");
     let r = inflight.await.unwrap();
     assert_eq!(r.status, 201, "the in-flight call finished");
-    let status = tokio::task::spawn_blocking(move || a.child.wait().unwrap()).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || a.child.wait().unwrap())
+        .await
+        .unwrap();
     assert!(status.success(), "exit 0 after draining: {status:?}");
     let b = IdemProcess::spawn(&yaml(&env)).await;
     let again = post(&b.url("/invoices/inv_d/charge"), &[], "{}").await;

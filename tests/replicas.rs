@@ -21,8 +21,14 @@ routes:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_duplicates_across_three_replicas_execute_once() {
     let env = Env::new(Backend::Redis).await;
-    let conflict = CHARGE.replace("on_concurrent: wait", "on_concurrent: conflict").replace("    wait_timeout: 5s\n", "");
-    let replicas = [env.idem(&conflict).await, env.idem(&conflict).await, env.idem(&conflict).await];
+    let conflict = CHARGE
+        .replace("on_concurrent: wait", "on_concurrent: conflict")
+        .replace("    wait_timeout: 5s\n", "");
+    let replicas = [
+        env.idem(&conflict).await,
+        env.idem(&conflict).await,
+        env.idem(&conflict).await,
+    ];
     let calls = (0..50).map(|i| {
         let u = url(&replicas[i % 3], "/invoices/inv_x/charge");
         async move { post(&u, &[("x-mock-delay-ms", "300")], "{}").await }
@@ -35,7 +41,11 @@ async fn fifty_duplicates_across_three_replicas_execute_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
     let env = Env::new(Backend::Redis).await;
-    let replicas = [env.idem(CHARGE).await, env.idem(CHARGE).await, env.idem(CHARGE).await];
+    let replicas = [
+        env.idem(CHARGE).await,
+        env.idem(CHARGE).await,
+        env.idem(CHARGE).await,
+    ];
     let calls = (0..30).map(|i| {
         let u = url(&replicas[i % 3], "/invoices/inv_y/charge");
         async move { post(&u, &[("x-mock-delay-ms", "300")], "{}").await }
@@ -66,5 +76,8 @@ async fn a_waiter_on_another_replica_is_woken_promptly() {
     assert!(second.replayed());
     // The first call finished ~1.3 s after the waiter arrived; without pub/sub the waiter
     // would only notice at its 1 s safety re-check or later. Generous bound for slow CI.
-    assert!(waited < Duration::from_millis(1300 + 400), "waited {waited:?}");
+    assert!(
+        waited < Duration::from_millis(1300 + 400),
+        "waited {waited:?}"
+    );
 }

@@ -19,14 +19,28 @@ fn routes(on_error: &str) -> String {
 async fn reject_refuses_and_recovers_when_redis_returns() {
     let mut env = Env::new(Backend::Redis).await;
     let idem = env.idem(&routes("reject")).await;
-    assert_eq!(send("GET", &admin_url(&idem, "/readyz"), &[], "").await.status, 200);
+    assert_eq!(
+        send("GET", &admin_url(&idem, "/readyz"), &[], "")
+            .await
+            .status,
+        200
+    );
     env.redis.as_mut().unwrap().stop();
     let r = post(&url(&idem, "/invoices/o1/charge"), &[], "{}").await;
     assert_eq!(r.status, 503);
     assert_eq!(r.code(), "store_unavailable");
     assert!(r.header("retry-after").is_some());
-    assert_eq!(env.upstream.total_executions(), 0, "nothing reaches the upstream");
-    assert_eq!(send("GET", &admin_url(&idem, "/readyz"), &[], "").await.status, 503);
+    assert_eq!(
+        env.upstream.total_executions(),
+        0,
+        "nothing reaches the upstream"
+    );
+    assert_eq!(
+        send("GET", &admin_url(&idem, "/readyz"), &[], "")
+            .await
+            .status,
+        503
+    );
 
     env.redis.as_mut().unwrap().start_again();
     let started = Instant::now();
@@ -35,11 +49,22 @@ async fn reject_refuses_and_recovers_when_redis_returns() {
         if r.status == 201 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "no recovery: {}", r.status);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no recovery: {}",
+            r.status
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(send("GET", &admin_url(&idem, "/readyz"), &[], "").await.status, 200);
-    assert!(post(&url(&idem, "/invoices/o1/charge"), &[], "{}").await.replayed());
+    assert_eq!(
+        send("GET", &admin_url(&idem, "/readyz"), &[], "")
+            .await
+            .status,
+        200
+    );
+    assert!(post(&url(&idem, "/invoices/o1/charge"), &[], "{}")
+        .await
+        .replayed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,19 +26,31 @@ routes:
 
 /// Run the demo and print the table. Returns the rows for tests.
 pub async fn run(out: &mut impl std::io::Write) -> Result<Vec<(Scenario, Tally, Tally)>, String> {
-    let direct_api = Payments::start(API_LATENCY).await.map_err(|e| e.to_string())?;
-    let guarded_api = Payments::start(API_LATENCY).await.map_err(|e| e.to_string())?;
+    let direct_api = Payments::start(API_LATENCY)
+        .await
+        .map_err(|e| e.to_string())?;
+    let guarded_api = Payments::start(API_LATENCY)
+        .await
+        .map_err(|e| e.to_string())?;
     let yaml = format!(
         "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nupstream:\n  url: http://{}\n{ROUTES}",
         guarded_api.addr
     );
     let config = Config::from_yaml_str(&yaml, None).map_err(|e| e.to_string())?;
-    let idem = crate::app::start(&config).await.map_err(|e| e.to_string())?;
+    let idem = crate::app::start(&config)
+        .await
+        .map_err(|e| e.to_string())?;
     let direct = format!("http://{}", direct_api.addr);
     let through = format!("http://{}", idem.addr);
 
-    let _ = writeln!(out, "idem demo: a payments API that charges on every call (answers in {API_LATENCY:?}),");
-    let _ = writeln!(out, "called by an agent first directly, then through idem (memory store).\n");
+    let _ = writeln!(
+        out,
+        "idem demo: a payments API that charges on every call (answers in {API_LATENCY:?}),"
+    );
+    let _ = writeln!(
+        out,
+        "called by an agent first directly, then through idem (memory store).\n"
+    );
     let mut rows = Vec::new();
     for (i, scenario) in Scenario::ALL.iter().enumerate() {
         let invoice = format!("inv_{}", i + 1);
@@ -76,7 +88,13 @@ fn print_table(out: &mut impl std::io::Write, rows: &[(Scenario, Tally, Tally)])
         let _ = writeln!(
             out,
             "{:<34} | {:>7} {:>9} | {:>7} {:>9} {:>8} {:>10}",
-            scenario.title(), d.calls, d.charges, g.calls, g.charges, g.replays, g.conflicts
+            scenario.title(),
+            d.calls,
+            d.charges,
+            g.calls,
+            g.charges,
+            g.replays,
+            g.conflicts
         );
     }
     let _ = writeln!(out, "{}", "-".repeat(34 + 3 + 17 + 3 + 38));

@@ -61,11 +61,14 @@ async fn charge(
     let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
     tokio::time::sleep(latency).await;
     let invoice = path.split('/').nth(2).unwrap_or("?");
-    let body = format!("{{\"charge_id\":\"ch_{n:04}\",\"invoice\":\"{invoice}\",\"status\":\"succeeded\"}}");
+    let body = format!(
+        "{{\"charge_id\":\"ch_{n:04}\",\"invoice\":\"{invoice}\",\"status\":\"succeeded\"}}"
+    );
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::CREATED;
-    response
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     Ok(response)
 }

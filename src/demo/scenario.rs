@@ -47,7 +47,9 @@ impl Scenario {
 
     pub fn story(self) -> &'static str {
         match self {
-            Scenario::TimeoutThenRetry => "the agent gives up after 300 ms and sends the charge again",
+            Scenario::TimeoutThenRetry => {
+                "the agent gives up after 300 ms and sends the charge again"
+            }
             Scenario::ConcurrentDuplicates => "the same tool call is sent 5 times at once",
             Scenario::LaterSessionRepeats => "the step finished; a new session runs it again",
         }
@@ -82,7 +84,6 @@ impl Scenario {
         }
         tally
     }
-
 }
 
 impl Tally {

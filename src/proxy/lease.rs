@@ -157,5 +157,7 @@ pub async fn renewing<F: Future>(mut holder: LeaseHolder, work: F) -> (LeaseHold
 
 /// Whole seconds until `record`'s lease or retention ends, at least 1 (`Retry-After`).
 pub fn retry_after_secs(record: &Record) -> u64 {
-    (record.remaining().as_millis() as u64).div_ceil(1000).max(1)
+    (record.remaining().as_millis() as u64)
+        .div_ceil(1000)
+        .max(1)
 }

@@ -73,16 +73,27 @@ pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str)
     try_send(method, url, headers, body).await.expect("request")
 }
 
-pub async fn try_send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Result<Resp, String> {
+pub async fn try_send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Resp, String> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = Request::builder().method(Method::from_bytes(method.as_bytes()).unwrap()).uri(url);
+    let mut req = Request::builder()
+        .method(Method::from_bytes(method.as_bytes()).unwrap())
+        .uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
     let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
     let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|e| format!("{e:?}"))?.to_bytes();
+    let body = body
+        .collect()
+        .await
+        .map_err(|e| format!("{e:?}"))?
+        .to_bytes();
     Ok(Resp {
         status: parts.status.as_u16(),
         headers: parts.headers,
@@ -96,7 +107,11 @@ pub async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The idem binary as a child process, killed on drop.
@@ -111,20 +126,33 @@ pub struct IdemProcess {
 impl IdemProcess {
     /// Write `yaml` (with `listen`/`admin` prepended) and spawn `idem serve --config`.
     pub async fn spawn(yaml: &str) -> IdemProcess {
+        Self::spawn_with(yaml, &[], "warn", &[]).await
+    }
+
+    /// As `spawn`, with extra CLI arguments and a `RUST_LOG` filter; stderr goes to a
+    /// file that [`IdemProcess::logs`] reads.
+    pub async fn spawn_with(
+        yaml: &str,
+        args: &[&str],
+        rust_log: &str,
+        envs: &[(&str, &str)],
+    ) -> IdemProcess {
         let port = free_port();
         let admin_port = free_port();
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("idem.yaml");
-        let text = format!(
-            "listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin_port}\n{yaml}"
-        );
+        let text =
+            format!("listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin_port}\n{yaml}");
         std::fs::write(&config_path, text).unwrap();
+        let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["serve", "--config"])
             .arg(&config_path)
-            .env("RUST_LOG", "warn")
+            .args(args)
+            .env("RUST_LOG", rust_log)
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .expect("spawn idem binary");
         let process = IdemProcess {
@@ -136,6 +164,20 @@ impl IdemProcess {
         };
         process.wait_healthy().await;
         process
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Replace the configuration file (keeping the listeners), e.g. before SIGHUP.
+    pub fn rewrite_config(&self, yaml: &str) {
+        let text = format!(
+            "listen: 127.0.0.1:{}\nadmin:\n  listen: 127.0.0.1:{}\n{yaml}",
+            self.port, self.admin_port
+        );
+        std::fs::write(&self.config_path, text).unwrap();
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -181,7 +223,9 @@ impl Drop for IdemProcess {
 
 impl IdemProcess {
     fn signal_quietly(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

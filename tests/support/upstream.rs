@@ -53,13 +53,17 @@ pub struct MockUpstream {
 
 impl MockUpstream {
     pub async fn start() -> MockUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind mock upstream");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind mock upstream");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let st = state.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let st = st.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(st.clone(), req));
@@ -78,7 +82,13 @@ impl MockUpstream {
 
     /// How many times the upstream executed a request carrying this idempotency key.
     pub fn executions(&self, key: &str) -> u64 {
-        self.state.executions.lock().unwrap().get(key).copied().unwrap_or(0)
+        self.state
+            .executions
+            .lock()
+            .unwrap()
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Executions over all keys.
@@ -99,14 +109,33 @@ fn num(h: &HeaderMap, name: &str) -> u64 {
     header(h, name).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
-async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<BoxBody>, std::io::Error> {
+async fn handle(
+    st: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<BoxBody>, std::io::Error> {
     let (parts, body) = req.into_parts();
-    let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
     let path = parts.uri.path().to_owned();
     if path == "/count" {
-        let key = parts.uri.query().and_then(|q| q.strip_prefix("key=")).unwrap_or("");
-        let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy().into_owned();
-        let n = st.executions.lock().unwrap().get(&key).copied().unwrap_or(0);
+        let key = parts
+            .uri
+            .query()
+            .and_then(|q| q.strip_prefix("key="))
+            .unwrap_or("");
+        let key = percent_encoding::percent_decode_str(key)
+            .decode_utf8_lossy()
+            .into_owned();
+        let n = st
+            .executions
+            .lock()
+            .unwrap()
+            .get(&key)
+            .copied()
+            .unwrap_or(0);
         return Ok(full(StatusCode::OK, format!("{{\"count\":{n}}}")));
     }
     let h = &parts.headers;
@@ -133,13 +162,16 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<BoxBo
     if header(h, "x-mock-reset") == Some("true") {
         return Err(std::io::Error::other("mock reset"));
     }
-    let status = StatusCode::from_u16(num(h, "x-mock-status") as u16).unwrap_or(StatusCode::CREATED);
+    let status =
+        StatusCode::from_u16(num(h, "x-mock-status") as u16).unwrap_or(StatusCode::CREATED);
     let id = st.seq.fetch_add(1, Ordering::SeqCst);
     let size = num(h, "x-mock-body-bytes");
     if size > 0 {
         return Ok(full(status, "a".repeat(size as usize)));
     }
-    let json = format!("{{\"id\":\"ch_{id}\",\"key\":{key:?},\"execution\":{execution},\"path\":{path:?}}}");
+    let json = format!(
+        "{{\"id\":\"ch_{id}\",\"key\":{key:?},\"execution\":{execution},\"path\":{path:?}}}"
+    );
     let chunks = num(h, "x-mock-chunks");
     let stall = num(h, "x-mock-stall-ms");
     if chunks > 0 || stall > 0 {
@@ -154,14 +186,18 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<BoxBo
             } else if i > 0 {
                 tokio::time::sleep(gap).await;
             }
-            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(format!("chunk{i};")))), i + 1))
+            Some((
+                Ok::<_, Infallible>(Frame::data(Bytes::from(format!("chunk{i};")))),
+                i + 1,
+            ))
         });
         let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
         *r.status_mut() = status;
         return Ok(r);
     }
     let mut r = full(status, json);
-    r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
     Ok(r)
 }
 

@@ -185,3 +185,55 @@ fn no_input_panics() {
         }
     }
 }
+
+/// Random documents from the tokens that matter, deterministically (a tiny LCG), so the
+/// walk meets shapes no real file has: keys in odd places, aliases, unclosed templates.
+#[test]
+fn token_soup_never_panics() {
+    const TOKENS: [&str; 32] = [
+        "routes:",
+        "\n",
+        "  - ",
+        "    ",
+        "name: a",
+        "key: ",
+        "{",
+        "}",
+        "${X",
+        "${X:-1s}",
+        "[",
+        "]",
+        ": ",
+        "&a ",
+        "*a",
+        "path: /",
+        "{path*}",
+        "{path.id}",
+        "lease: ",
+        "30s",
+        "\"",
+        "'",
+        "# c",
+        "? ",
+        "!!str ",
+        "defaults:",
+        "fingerprint: {body: [",
+        "upstream: {url: http://x}",
+        "store_statuses: [",
+        "é",
+        "-",
+        ", ",
+    ];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        (state >> 33) as usize
+    };
+    for _ in 0..1500 {
+        let len = next() % 40;
+        let doc: String = (0..len).map(|_| TOKENS[next() % TOKENS.len()]).collect();
+        let _ = load(&doc);
+    }
+}

@@ -55,6 +55,7 @@ impl RedisStore {
             let msg = format!("redis mode {:?} is not supported yet", cfg.mode);
             return Err(StoreError::Unavailable(msg));
         }
+        crate::tls::install_crypto_provider();
         let client = Client::open(cfg.url.as_str())
             .map_err(|e| StoreError::Unavailable(format!("cannot use redis url: {e}")))?;
         let conn = Arc::new(Conn::new(client.clone(), cfg.op_timeout)?);
