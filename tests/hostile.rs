@@ -422,15 +422,19 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
             slowest_cut = slowest_cut.max(after);
         }
     }
-    let worst = latencies.iter().max().unwrap();
+    let worst = *latencies.iter().max().unwrap();
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
     println!(
-        "MEASURED slow clients: {} connected in {all_connected:?}; {cut} cut off, the last after {slowest_cut:?}; worst normal latency {worst:?}; total {:?}",
+        "MEASURED slow clients: {} connected in {all_connected:?}; {cut} cut off, the last after {slowest_cut:?}; normal latency median {median:?}, worst {worst:?}; total {:?}",
         TRICKLING + SILENT,
         started.elapsed()
     );
     assert_eq!(cut, TRICKLING + SILENT, "every slow client was cut off");
     assert!(slowest_cut < Duration::from_secs(4), "{slowest_cut:?}");
-    assert!(*worst < Duration::from_millis(500), "normal requests starved: {latencies:?}");
+    // Starved requests would wait for a slot, i.e. for a header_read_timeout (1 s) each.
+    assert!(median < Duration::from_millis(200), "normal requests starved: {latencies:?}");
+    assert!(worst < Duration::from_millis(1500), "normal requests starved: {latencies:?}");
     assert_eq!(upstream.executions("charge:slow"), 0);
     assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
 }
