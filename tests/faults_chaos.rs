@@ -8,9 +8,11 @@
 //! intent.
 //!
 //! The default run lasts 10 s; `IDEM_SOAK=1` runs it for `IDEM_SOAK_SECS` (default
-//! 300 s) with more callers. Faults last at most 900 ms and the lease is 3 s: a fault
-//! longer than the lease can end in a second execution *with the same upstream key*,
-//! the documented limit (see docs/reliability.md).
+//! 300 s) with more callers. Faults last at most 900 ms and the lease is 10 s: a fault —
+//! or a stall of this whole process on a loaded machine — longer than the lease can end
+//! in a second execution *with the same upstream key* (the frozen-owner case, counted in
+//! `idem_stale_completions_total`; see docs/reliability.md). The run reports the longest
+//! stall it observed.
 
 mod support;
 
@@ -51,6 +53,8 @@ struct Tally {
     other: Mutex<Vec<String>>,
     /// Per intent: the bodies its callers received (all must be the same execution).
     answers: Mutex<HashMap<String, Vec<String>>>,
+    /// Per intent: what each caller saw, when (ms since the start of the run).
+    events: Mutex<HashMap<String, Vec<String>>>,
     lost: Mutex<Vec<String>>,
     slowest: Mutex<Duration>,
 }
@@ -79,6 +83,15 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
                 | 1
         });
     println!("chaos seed {seed} (IDEM_CHAOS_SEED={seed} replays the fault schedule)");
+    // IDEM_CHAOS_LOG=FILE: idem's own log (per-request lines, lease and store warnings).
+    if let Ok(path) = std::env::var("IDEM_CHAOS_LOG") {
+        let file = std::fs::File::create(path).expect("log file");
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("idem=debug"))
+            .try_init();
+    }
 
     let upstream = MockUpstream::start().await;
     let redis = Arc::new(RedisServer::start());
@@ -86,25 +99,48 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     let yaml = format!(
         "upstream:\n  url: {}\n  timeout: 5s\n  connect_timeout: 500ms\n\
          store:\n  backend: redis\n  redis:\n    url: redis://{}/0\n    op_timeout: 250ms\n  on_error: reject\n\
-         routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 3s\n",
+         routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 10s\n",
         upstream.url(),
         link.host_port(),
     );
     let idem = harness::start(&yaml).await;
+    let stop_flag = Arc::new(AtomicBool::new(false));
     let base = harness::url(&idem, "/invoices");
 
+    // How long this process went without running at all (a loaded machine starves
+    // it): an owner stalled past its lease is the frozen-owner case, not a Redis fault.
+    let max_stall = Arc::new(Mutex::new(Duration::ZERO));
+    let stall_watch = {
+        let (max_stall, stop) = (max_stall.clone(), stop_flag.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let gap = t.elapsed().saturating_sub(Duration::from_millis(50));
+                let mut max = max_stall.lock().unwrap();
+                *max = (*max).max(gap);
+            }
+        })
+    };
+
     // The fault schedule.
-    let stop = Arc::new(AtomicBool::new(false));
+    let run_start = Instant::now();
+    let fault_log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = stop_flag.clone();
     let faults_injected = Arc::new(AtomicU64::new(0));
     let chaos = {
         let (link, redis, stop, injected) = (link.clone(), redis.clone(), stop.clone(), faults_injected.clone());
+        let fault_log = fault_log.clone();
         tokio::spawn(async move {
             let mut rng = Rng(seed);
             while !stop.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
                 let hold = Duration::from_millis(200 + rng.below(700));
                 injected.fetch_add(1, Ordering::SeqCst);
-                match rng.below(4) {
+                let kind = rng.below(4);
+                let name = ["pause", "hold", "delay", "reset"][kind as usize];
+                fault_log.lock().unwrap().push(format!("@{}ms {name} {hold:?}", run_start.elapsed().as_millis()));
+                match kind {
                     0 => {
                         redis.pause();
                         tokio::time::sleep(hold).await;
@@ -151,7 +187,20 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
                         tokio::time::sleep(Duration::from_millis(caller * 20)).await;
                         let began = Instant::now();
                         while began.elapsed() < Duration::from_secs(20) {
+                            let sent = run_start.elapsed();
                             let r = try_send("POST", &u, &[("x-mock-delay-ms", delay.as_str())], "{}").await;
+                            let event = match &r {
+                                Ok(r) => format!(
+                                    "caller {caller} @{}ms..{}ms: {} {} {}",
+                                    sent.as_millis(),
+                                    run_start.elapsed().as_millis(),
+                                    r.status,
+                                    if r.replayed() { "replayed" } else { "" },
+                                    r.header("x-request-id").unwrap_or_default(),
+                                ),
+                                Err(e) => format!("caller {caller} @{}ms: {e}", sent.as_millis()),
+                            };
+                            tally.events.lock().unwrap().entry(intent.clone()).or_default().push(event);
                             match r {
                                 Ok(r) if r.status == 201 => {
                                     tally.answers.lock().unwrap().entry(intent.clone()).or_default().push(r.text());
@@ -181,6 +230,8 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     tokio::time::sleep(run_for).await;
     stop.store(true, Ordering::SeqCst);
     let _ = chaos.await;
+    let _ = stall_watch.await;
+    let max_stall = *max_stall.lock().unwrap();
     link.set(Fault::Pass);
     redis.resume();
     let mut intents = 0;
@@ -196,7 +247,8 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     for (intent, bodies) in answers.iter() {
         let executed = upstream.executions(&format!("charge:{intent}"));
         if executed != 1 || bodies.iter().any(|b| b != &bodies[0]) {
-            duplicates.push(format!("{intent}: executed {executed}, bodies {bodies:?}"));
+            let events = tally.events.lock().unwrap().get(intent).cloned().unwrap_or_default();
+            duplicates.push(format!("{intent}: executed {executed}, bodies {bodies:?}, events {events:#?}"));
         }
     }
     let lost = tally.lost.lock().unwrap().clone();
@@ -209,7 +261,7 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
         .map(str::to_owned);
     println!(
         "MEASURED chaos over {elapsed:?}: {} faults, {intents} intents x 2 callers, {} executions; \
-         duplicates executed {}, requests lost {}; refusals 503={} 409={}; other={}; slowest intent {:?}; {stale:?}",
+         duplicates executed {}, requests lost {}; refusals 503={} 409={}; other={}; slowest intent {:?}; longest stall of this process {max_stall:?}; {stale:?}",
         faults_injected.load(Ordering::SeqCst),
         upstream.total_executions(),
         duplicates.len(),
@@ -219,7 +271,10 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
         other.len(),
         *tally.slowest.lock().unwrap(),
     );
-    assert!(duplicates.is_empty(), "executed twice: {duplicates:?}");
+    if !duplicates.is_empty() {
+        println!("fault schedule: {:#?}", fault_log.lock().unwrap());
+    }
+    assert!(duplicates.is_empty(), "executed twice: {duplicates:#?}");
     assert!(lost.is_empty(), "never answered: {lost:?}");
     assert!(other.is_empty(), "unexpected answers: {other:?}");
     assert!(answers.len() as u64 >= intents.saturating_sub(workers as u64), "intents counted");

@@ -26,3 +26,19 @@ fn canonical_json_of_a_large_float_is_a_fixed_point() {
         .collect();
     assert!(ids.windows(2).all(|w| w[0] == w[1]), "{ids:?}");
 }
+
+/// Deep nesting in the places the fuzzers reach slowly: a config nested 100 000 deep is
+/// an error, not a stack overflow; so is a JSON body or a stored record holding one.
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    for doc in [
+        format!("upstream:\n  url: http://127.0.0.1:1\nroutes: {}", "[".repeat(100_000)),
+        format!("upstream:\n  url: http://127.0.0.1:1\nroutes:\n{}", (0..2_000).map(|i| format!("{}- ", " ".repeat(i * 2))).collect::<Vec<_>>().join("\n")),
+        format!("upstream:\n  url: http://127.0.0.1:1\nx: {}", "{a: ".repeat(50_000)),
+    ] {
+        assert!(idem::config::Config::from_yaml_str(&doc, None).is_err());
+    }
+    let body = BodyView::new(Bytes::from("[".repeat(200_000)));
+    assert!(body.json().is_none());
+    assert!(idem::store::record::decode(format!("P{}\n{}\n", "0".repeat(32), "[".repeat(100_000)).as_bytes()).is_err());
+}

@@ -374,7 +374,7 @@ async fn completion_write_failure_loses_no_response_and_runs_nothing_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
     let rig = Rig::new("reject", "1500ms").await;
-    for _ in 0..20 {
+    for _ in 0..60 {
         rig.link.arm(Dir::Up, b"\"status\":201", Fault::Reset);
     }
     let first = rig.post("lost", &[]).await;
@@ -442,4 +442,36 @@ async fn redis_restarted_empty_mid_call_refuses_the_stale_completion() {
     assert_eq!(again.status, 201);
     assert!(!again.replayed());
     assert_eq!(rig.upstream.executions("charge:wiped"), 2, "same upstream key both times");
+}
+
+/// Redis refuses connections (every connection reset) for 1.6 s right after the
+/// upstream answered — about half the 3 s lease. The background completion write must
+/// keep trying until the lease is really over, not give up on its backoff schedule:
+/// once Redis is back the outcome is recorded and repeats replay it — never a second
+/// execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_retry_outlasts_a_store_outage_shorter_than_the_lease() {
+    let rig = Rig::new("reject", "3s").await;
+    rig.link.arm(Dir::Up, b"\"status\":201", Fault::Reset);
+    let first = rig.post("retry", &[]).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(rig.link.fired(), 1);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    rig.link.set(Fault::Pass);
+    let restored = Instant::now();
+    loop {
+        let r = rig.post("retry", &[]).await;
+        if r.replayed() {
+            assert_eq!(r.body, first.body);
+            break;
+        }
+        assert!(r.status == 409 || r.status == 503, "{} {}", r.status, r.text());
+        assert!(
+            restored.elapsed() < Duration::from_secs(4),
+            "the completion was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("MEASURED completion after a 1.6 s refusal: replay {:?} after Redis returned", restored.elapsed());
+    assert_eq!(rig.upstream.executions("charge:retry"), 1, "never executed twice");
 }
