@@ -233,7 +233,9 @@ mod tests {
 
     async fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         (client, server)
     }
@@ -242,19 +244,30 @@ mod tests {
     async fn first_bytes_decides_early_and_times_out_on_silence() {
         let (mut client, mut server) = pair().await;
         client.write_all(b"POST / HTTP/1.1\r\n").await.unwrap();
-        let got = first_bytes(&mut server, Duration::from_secs(1)).await.unwrap();
+        let got = first_bytes(&mut server, Duration::from_secs(1))
+            .await
+            .unwrap();
         assert!(got.starts_with(b"PO"));
         // A client trickling the h2 preface is still bounded.
         let (mut client, mut server) = pair().await;
         client.write_all(b"PRI * HTTP/2").await.unwrap();
         let started = std::time::Instant::now();
-        assert!(first_bytes(&mut server, Duration::from_millis(200)).await.is_none());
+        assert!(first_bytes(&mut server, Duration::from_millis(200))
+            .await
+            .is_none());
         assert!(started.elapsed() < Duration::from_secs(1));
         let (mut client, mut server) = pair().await;
         client.write_all(H2_PREFACE).await.unwrap();
-        assert_eq!(first_bytes(&mut server, Duration::from_secs(1)).await.unwrap(), H2_PREFACE);
+        assert_eq!(
+            first_bytes(&mut server, Duration::from_secs(1))
+                .await
+                .unwrap(),
+            H2_PREFACE
+        );
         let (_client, mut server) = pair().await;
-        assert!(first_bytes(&mut server, Duration::from_millis(100)).await.is_none());
+        assert!(first_bytes(&mut server, Duration::from_millis(100))
+            .await
+            .is_none());
     }
 
     #[tokio::test]

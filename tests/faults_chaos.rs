@@ -96,7 +96,8 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
 
     let upstream = MockUpstream::start().await;
     let redis = Arc::new(RedisServer::start());
-    let link = Arc::new(FaultyProxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await);
+    let link =
+        Arc::new(FaultyProxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await);
     let yaml = format!(
         "upstream:\n  url: {}\n  timeout: 5s\n  connect_timeout: 500ms\n\
          store:\n  backend: redis\n  redis:\n    url: redis://{}/0\n    op_timeout: 250ms\n  on_error: reject\n\
@@ -130,7 +131,12 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     let stop = stop_flag.clone();
     let faults_injected = Arc::new(AtomicU64::new(0));
     let chaos = {
-        let (link, redis, stop, injected) = (link.clone(), redis.clone(), stop.clone(), faults_injected.clone());
+        let (link, redis, stop, injected) = (
+            link.clone(),
+            redis.clone(),
+            stop.clone(),
+            faults_injected.clone(),
+        );
         let fault_log = fault_log.clone();
         tokio::spawn(async move {
             let mut rng = Rng(seed);
@@ -140,7 +146,10 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
                 injected.fetch_add(1, Ordering::SeqCst);
                 let kind = rng.below(4);
                 let name = ["pause", "hold", "delay", "reset"][kind as usize];
-                fault_log.lock().unwrap().push(format!("@{}ms {name} {hold:?}", run_start.elapsed().as_millis()));
+                fault_log.lock().unwrap().push(format!(
+                    "@{}ms {name} {hold:?}",
+                    run_start.elapsed().as_millis()
+                ));
                 match kind {
                     0 => {
                         redis.pause();
@@ -189,7 +198,9 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
                         let began = Instant::now();
                         while began.elapsed() < Duration::from_secs(20) {
                             let sent = run_start.elapsed();
-                            let r = try_send("POST", &u, &[("x-mock-delay-ms", delay.as_str())], "{}").await;
+                            let r =
+                                try_send("POST", &u, &[("x-mock-delay-ms", delay.as_str())], "{}")
+                                    .await;
                             let event = match &r {
                                 Ok(r) => format!(
                                     "caller {caller} @{}ms..{}ms: {} {} {}",
@@ -201,10 +212,22 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
                                 ),
                                 Err(e) => format!("caller {caller} @{}ms: {e}", sent.as_millis()),
                             };
-                            tally.events.lock().unwrap().entry(intent.clone()).or_default().push(event);
+                            tally
+                                .events
+                                .lock()
+                                .unwrap()
+                                .entry(intent.clone())
+                                .or_default()
+                                .push(event);
                             match r {
                                 Ok(r) if r.status == 201 => {
-                                    tally.answers.lock().unwrap().entry(intent.clone()).or_default().push(r.text());
+                                    tally
+                                        .answers
+                                        .lock()
+                                        .unwrap()
+                                        .entry(intent.clone())
+                                        .or_default()
+                                        .push(r.text());
                                     let mut slowest = tally.slowest.lock().unwrap();
                                     *slowest = (*slowest).max(began.elapsed());
                                     return;
@@ -215,8 +238,14 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
                                 Ok(r) if r.status == 409 => {
                                     tally.refused_409.fetch_add(1, Ordering::Relaxed);
                                 }
-                                Ok(r) => tally.other.lock().unwrap().push(format!("{intent}: {} {}", r.status, r.text())),
-                                Err(e) => tally.other.lock().unwrap().push(format!("{intent}: {e}")),
+                                Ok(r) => tally.other.lock().unwrap().push(format!(
+                                    "{intent}: {} {}",
+                                    r.status,
+                                    r.text()
+                                )),
+                                Err(e) => {
+                                    tally.other.lock().unwrap().push(format!("{intent}: {e}"))
+                                }
                             }
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
@@ -243,13 +272,21 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
 
     // Every answer an intent's callers got is the same execution, and the upstream ran
     // each intent exactly once.
-    let answers = tally.answers.lock().unwrap();
+    let answers = tally.answers.lock().unwrap().clone();
     let mut duplicates = Vec::new();
     for (intent, bodies) in answers.iter() {
         let executed = upstream.executions(&format!("charge:{intent}"));
         if executed != 1 || bodies.iter().any(|b| b != &bodies[0]) {
-            let events = tally.events.lock().unwrap().get(intent).cloned().unwrap_or_default();
-            duplicates.push(format!("{intent}: executed {executed}, bodies {bodies:?}, events {events:#?}"));
+            let events = tally
+                .events
+                .lock()
+                .unwrap()
+                .get(intent)
+                .cloned()
+                .unwrap_or_default();
+            duplicates.push(format!(
+                "{intent}: executed {executed}, bodies {bodies:?}, events {events:#?}"
+            ));
         }
     }
     let lost = tally.lost.lock().unwrap().clone();
@@ -278,5 +315,8 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     assert!(duplicates.is_empty(), "executed twice: {duplicates:#?}");
     assert!(lost.is_empty(), "never answered: {lost:?}");
     assert!(other.is_empty(), "unexpected answers: {other:?}");
-    assert!(answers.len() as u64 >= intents.saturating_sub(workers as u64), "intents counted");
+    assert!(
+        answers.len() as u64 >= intents.saturating_sub(workers as u64),
+        "intents counted"
+    );
 }

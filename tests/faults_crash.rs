@@ -47,11 +47,20 @@ async fn killed_owner_then_a_burst_of_retries_forwards_exactly_one() {
         }
         assert!(r.header("retry-after").is_some());
         refused += 1;
-        assert!(killed.elapsed() < Duration::from_secs(3), "the lease never expired");
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "the lease never expired"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(refused >= 3, "repeats were refused while the lease held ({refused})");
-    assert!(freed <= Duration::from_millis(1200 + 300), "freed {freed:?} after the kill");
+    assert!(
+        refused >= 3,
+        "repeats were refused while the lease held ({refused})"
+    );
+    assert!(
+        freed <= Duration::from_millis(1200 + 300),
+        "freed {freed:?} after the kill"
+    );
     let burst = (0..20).map(|i| {
         let u = if i % 2 == 0 { u_b.clone() } else { u_c.clone() };
         async move { post(&u, &[], "{}").await }
@@ -80,14 +89,25 @@ async fn concurrent_retries_after_the_lease_race_for_one_reservation() {
     a.kill();
     // Wait out the lease, then 20 retries at once through two replicas.
     tokio::time::sleep(Duration::from_millis(1400)).await;
-    let (u_b, u_c) = (b.url("/invoices/race/charge"), c.url("/invoices/race/charge"));
+    let (u_b, u_c) = (
+        b.url("/invoices/race/charge"),
+        c.url("/invoices/race/charge"),
+    );
     let burst = (0..20).map(|i| {
         let u = if i % 2 == 0 { u_b.clone() } else { u_c.clone() };
         async move { post(&u, &[("x-mock-delay-ms", "300")], "{}").await }
     });
     let results = join_all(burst).await;
-    let forwarded = results.iter().filter(|r| r.status == 201 && !r.replayed()).count();
-    assert_eq!(forwarded, 1, "{:?}", results.iter().map(|r| r.status).collect::<Vec<_>>());
+    let forwarded = results
+        .iter()
+        .filter(|r| r.status == 201 && !r.replayed())
+        .count();
+    assert_eq!(
+        forwarded,
+        1,
+        "{:?}",
+        results.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
     for r in results.iter().filter(|r| r.status != 201) {
         assert_eq!(r.status, 409);
         assert_eq!(r.code(), "request_in_progress");

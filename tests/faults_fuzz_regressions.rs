@@ -11,13 +11,27 @@ use idem::body::BodyView;
 /// `{body_hash}` key for the same request. Fixed by serde_json's `float_roundtrip`.
 #[test]
 fn canonical_json_of_a_large_float_is_a_fixed_point() {
-    for text in ["[290e229]", "[2.9e231]", "[2.9e+231]", "{\"a\":29e230}", "[0.1e-300]", "[1.7976931348623157e308]"] {
+    for text in [
+        "[290e229]",
+        "[2.9e231]",
+        "[2.9e+231]",
+        "{\"a\":29e230}",
+        "[0.1e-300]",
+        "[1.7976931348623157e308]",
+    ] {
         let body = BodyView::new(Bytes::from(text));
-        let canonical = body.canonical().unwrap_or_else(|| panic!("{text}: exact, so canonical")).to_vec();
+        let canonical = body
+            .canonical()
+            .unwrap_or_else(|| panic!("{text}: exact, so canonical"))
+            .to_vec();
         let value: serde_json::Value = serde_json::from_slice(&canonical).unwrap();
         assert_eq!(Some(&value), body.json(), "{text}: same value");
         let again = BodyView::new(Bytes::from(canonical.clone()));
-        assert_eq!(again.canonical(), Some(&canonical[..]), "{text}: idempotent");
+        assert_eq!(
+            again.canonical(),
+            Some(&canonical[..]),
+            "{text}: idempotent"
+        );
     }
     // Same number, three spellings: one identity.
     let ids: Vec<Vec<u8>> = ["[290e229]", "[2.9e231]", "[2.9e+231]"]
@@ -32,13 +46,28 @@ fn canonical_json_of_a_large_float_is_a_fixed_point() {
 #[test]
 fn deep_nesting_is_an_error_not_a_stack_overflow() {
     for doc in [
-        format!("upstream:\n  url: http://127.0.0.1:1\nroutes: {}", "[".repeat(100_000)),
-        format!("upstream:\n  url: http://127.0.0.1:1\nroutes:\n{}", (0..2_000).map(|i| format!("{}- ", " ".repeat(i * 2))).collect::<Vec<_>>().join("\n")),
-        format!("upstream:\n  url: http://127.0.0.1:1\nx: {}", "{a: ".repeat(50_000)),
+        format!(
+            "upstream:\n  url: http://127.0.0.1:1\nroutes: {}",
+            "[".repeat(100_000)
+        ),
+        format!(
+            "upstream:\n  url: http://127.0.0.1:1\nroutes:\n{}",
+            (0..2_000)
+                .map(|i| format!("{}- ", " ".repeat(i * 2)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+        format!(
+            "upstream:\n  url: http://127.0.0.1:1\nx: {}",
+            "{a: ".repeat(50_000)
+        ),
     ] {
         assert!(idem::config::Config::from_yaml_str(&doc, None).is_err());
     }
     let body = BodyView::new(Bytes::from("[".repeat(200_000)));
     assert!(body.json().is_none());
-    assert!(idem::store::record::decode(format!("P{}\n{}\n", "0".repeat(32), "[".repeat(100_000)).as_bytes()).is_err());
+    assert!(idem::store::record::decode(
+        format!("P{}\n{}\n", "0".repeat(32), "[".repeat(100_000)).as_bytes()
+    )
+    .is_err());
 }

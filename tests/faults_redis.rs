@@ -125,7 +125,9 @@ impl Outage {
             Outage::Killed => rig.redis.stop(),
             Outage::Paused => rig.redis.pause(),
             Outage::BlackHoled => rig.link.set(Fault::Hold),
-            Outage::Slow => rig.link.set(Fault::Delay(OP_TIMEOUT + Duration::from_millis(150))),
+            Outage::Slow => rig
+                .link
+                .set(Fault::Delay(OP_TIMEOUT + Duration::from_millis(150))),
         }
     }
 
@@ -168,19 +170,26 @@ async fn reject_during(outage: Outage, extra: Duration) -> Measured {
         slowest_refusal = slowest_refusal.max(started.elapsed());
         assert_eq!(r.status, 503, "{outage:?} {id}: {}", r.text());
         assert_eq!(r.code(), "store_unavailable");
-        assert_eq!(
-            r.header("content-type"),
-            Some("application/problem+json")
-        );
-        assert!(r.header("retry-after").is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r
+            .header("retry-after")
+            .is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
     }
-    assert_eq!(rig.ready().await, 503, "{outage:?}: unready while the store is unreachable");
+    assert_eq!(
+        rig.ready().await,
+        503,
+        "{outage:?}: unready while the store is unreachable"
+    );
     assert_eq!(
         rig.upstream.total_executions(),
         1,
         "{outage:?}: nothing reached the upstream"
     );
-    assert!(rig.metric("idem_requests_total{route=\"charge\",outcome=\"store_error\"}").await >= 4.0);
+    assert!(
+        rig.metric("idem_requests_total{route=\"charge\",outcome=\"store_error\"}")
+            .await
+            >= 4.0
+    );
     // A longer outage outlives the connection (the health loop rebuilds it after 2 s).
     tokio::time::sleep(extra).await;
     assert_eq!(rig.post("during_4", &[]).await.status, 503);
@@ -209,7 +218,10 @@ async fn reject_during(outage: Outage, extra: Duration) -> Measured {
         if r.status != 409 {
             break r;
         }
-        assert!(ended.elapsed() < RECOVERY_BOUND, "{outage:?}: refused key stuck at 409");
+        assert!(
+            ended.elapsed() < RECOVERY_BOUND,
+            "{outage:?}: refused key stuck at 409"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let refused_key_usable_after = ended.elapsed();
@@ -241,7 +253,7 @@ async fn reject_during(outage: Outage, extra: Duration) -> Measured {
 
 /// `on_error: passthrough`: forwarded unprotected, marked `Idempotency-Degraded: true`,
 /// counted; protection resumes by itself afterwards.
-async fn passthrough_during(outage: Outage) {
+async fn passthrough_during(outage: Outage, extra: Duration) {
     let mut rig = Rig::new("passthrough", "3s").await;
     outage.begin(&mut rig);
     for id in ["p_1", "p_2"] {
@@ -253,8 +265,16 @@ async fn passthrough_during(outage: Outage) {
     assert_eq!(rig.upstream.total_executions(), 2, "{outage:?}: forwarded");
     assert_eq!(rig.ready().await, 503);
     assert_eq!(
-        rig.metric("idem_requests_total{route=\"charge\",outcome=\"store_error\"}").await,
+        rig.metric("idem_requests_total{route=\"charge\",outcome=\"store_error\"}")
+            .await,
         2.0
+    );
+    tokio::time::sleep(extra).await;
+    let late = rig.post("p_3", &[]).await;
+    assert_eq!(
+        late.header("idempotency-degraded"),
+        Some("true"),
+        "{outage:?} still degraded"
     );
     outage.end(&mut rig);
     let ended = Instant::now();
@@ -270,10 +290,16 @@ async fn passthrough_during(outage: Outage) {
             assert!(rig.post(&id, &[]).await.replayed());
             break;
         }
-        assert!(ended.elapsed() < RECOVERY_BOUND, "{outage:?}: still degraded");
+        assert!(
+            ended.elapsed() < RECOVERY_BOUND,
+            "{outage:?}: still degraded"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!("MEASURED passthrough/{outage:?}: protected again after {:?}", ended.elapsed());
+    println!(
+        "MEASURED passthrough/{outage:?} (+{extra:?}): protected again after {:?}",
+        ended.elapsed()
+    );
 }
 
 macro_rules! outage_tests {
@@ -295,7 +321,8 @@ macro_rules! outage_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::passthrough_during($outage).await
+                    let extra = std::time::Duration::from_millis($extra_ms);
+                    super::passthrough_during($outage, extra).await
                 }
             )*
         }
@@ -326,9 +353,16 @@ async fn completion_write_failure_loses_no_response_and_runs_nothing_twice() {
     let first = rig.post("cw", &[("x-mock-delay-ms", "300")]).await;
     let took = started.elapsed();
     assert_eq!(first.status, 201, "{}", first.text());
-    assert!(first.text().contains("\"execution\":1"), "the whole body: {}", first.text());
+    assert!(
+        first.text().contains("\"execution\":1"),
+        "the whole body: {}",
+        first.text()
+    );
     assert_eq!(rig.link.fired(), 1, "the completion write was black-holed");
-    assert!(took < Duration::from_millis(300) + OP_TIMEOUT * 3, "held up {took:?}");
+    assert!(
+        took < Duration::from_millis(300) + OP_TIMEOUT * 3,
+        "held up {took:?}"
+    );
 
     // Redis unreachable: a repeat is refused, not forwarded.
     let r = rig.post("cw", &[]).await;
@@ -342,7 +376,10 @@ async fn completion_write_failure_loses_no_response_and_runs_nothing_twice() {
     loop {
         let r = rig.post("cw", &[]).await;
         if r.replayed() {
-            assert_eq!(r.body, first.body, "the replay is the response the caller got");
+            assert_eq!(
+                r.body, first.body,
+                "the replay is the response the caller got"
+            );
             break;
         }
         assert!(
@@ -351,7 +388,10 @@ async fn completion_write_failure_loses_no_response_and_runs_nothing_twice() {
             r.status,
             r.text()
         );
-        assert!(restored.elapsed() < Duration::from_secs(4), "the completion never landed");
+        assert!(
+            restored.elapsed() < Duration::from_secs(4),
+            "the completion never landed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     println!(
@@ -359,7 +399,11 @@ async fn completion_write_failure_loses_no_response_and_runs_nothing_twice() {
         took.saturating_sub(Duration::from_millis(300)),
         restored.elapsed()
     );
-    assert_eq!(rig.upstream.executions("charge:cw"), 1, "never executed twice");
+    assert_eq!(
+        rig.upstream.executions("charge:cw"),
+        1,
+        "never executed twice"
+    );
     let (status, record) = rig.record("cw").await;
     assert_eq!(status, 200);
     assert_eq!(record["state"], "completed");
@@ -378,7 +422,12 @@ async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
         rig.link.arm(Dir::Up, b"\"status\":201", Fault::Reset);
     }
     let first = rig.post("lost", &[]).await;
-    assert_eq!(first.status, 201, "the caller keeps its response: {}", first.text());
+    assert_eq!(
+        first.status,
+        201,
+        "the caller keeps its response: {}",
+        first.text()
+    );
     // The link is back (a reset is instantaneous): repeats see the in-progress record.
     rig.link.set(Fault::Pass);
     let mut conflicts = 0;
@@ -426,22 +475,35 @@ async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
 async fn redis_restarted_empty_mid_call_refuses_the_stale_completion() {
     let mut rig = Rig::new("reject", "5s").await;
     let u = rig.charge("wiped");
-    let call = tokio::spawn(async move { try_send("POST", &u, &[("x-mock-delay-ms", "700")], "{}").await });
+    let call =
+        tokio::spawn(
+            async move { try_send("POST", &u, &[("x-mock-delay-ms", "700")], "{}").await },
+        );
     tokio::time::sleep(Duration::from_millis(200)).await;
     rig.redis.stop();
     rig.redis.start_again();
-    let first = bounded(call).await.unwrap().expect("the caller got an answer");
+    let first = bounded(call)
+        .await
+        .unwrap()
+        .expect("the caller got an answer");
     assert_eq!(first.status, 201, "{}", first.text());
     let started = Instant::now();
     while rig.metric("idem_stale_completions_total").await < 1.0 {
-        assert!(started.elapsed() < Duration::from_secs(3), "stale completion not counted");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "stale completion not counted"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(rig.record("wiped").await.0, 404, "nothing recorded");
     let again = rig.post("wiped", &[]).await;
     assert_eq!(again.status, 201);
     assert!(!again.replayed());
-    assert_eq!(rig.upstream.executions("charge:wiped"), 2, "same upstream key both times");
+    assert_eq!(
+        rig.upstream.executions("charge:wiped"),
+        2,
+        "same upstream key both times"
+    );
 }
 
 /// Redis refuses connections (every connection reset) for 1.6 s right after the
@@ -465,13 +527,25 @@ async fn completion_retry_outlasts_a_store_outage_shorter_than_the_lease() {
             assert_eq!(r.body, first.body);
             break;
         }
-        assert!(r.status == 409 || r.status == 503, "{} {}", r.status, r.text());
+        assert!(
+            r.status == 409 || r.status == 503,
+            "{} {}",
+            r.status,
+            r.text()
+        );
         assert!(
             restored.elapsed() < Duration::from_secs(4),
             "the completion was never recorded"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    println!("MEASURED completion after a 1.6 s refusal: replay {:?} after Redis returned", restored.elapsed());
-    assert_eq!(rig.upstream.executions("charge:retry"), 1, "never executed twice");
+    println!(
+        "MEASURED completion after a 1.6 s refusal: replay {:?} after Redis returned",
+        restored.elapsed()
+    );
+    assert_eq!(
+        rig.upstream.executions("charge:retry"),
+        1,
+        "never executed twice"
+    );
 }

@@ -27,7 +27,10 @@ async fn exit_of(mut p: IdemProcess, within: Duration) -> (std::process::ExitSta
             if let Some(status) = p.child.try_wait().unwrap() {
                 return (status, Instant::now());
             }
-            assert!(started.elapsed() < within, "idem did not exit within {within:?}");
+            assert!(
+                started.elapsed() < within,
+                "idem did not exit within {within:?}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     })
@@ -64,13 +67,19 @@ async fn draining_stops_accepting_and_reports_unready() {
     // An idle keep-alive connection, opened before the signal.
     let mut idle = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
     idle.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    idle.write_all(b"GET /healthz-passthrough HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    idle.write_all(b"GET /healthz-passthrough HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
     let mut buf = [0u8; 4096];
     let n = idle.read(&mut buf).unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 "), "{:?}", String::from_utf8_lossy(&buf[..n]));
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 "),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
 
     let u = a.url("/invoices/drain/charge");
-    let inflight = tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "3000")], "{}").await });
+    let inflight =
+        tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "3000")], "{}").await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     a.signal("TERM");
     // Unready, and still observable, while draining.
@@ -81,7 +90,10 @@ async fn draining_stops_accepting_and_reports_unready() {
         if ready.status == 503 {
             break ready;
         }
-        assert!(signalled.elapsed() < Duration::from_secs(2), "never unready");
+        assert!(
+            signalled.elapsed() < Duration::from_secs(2),
+            "never unready"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(ready.text().contains("draining"), "{}", ready.text());
@@ -93,21 +105,29 @@ async fn draining_stops_accepting_and_reports_unready() {
         &format!("127.0.0.1:{}", a.port).parse().unwrap(),
         Duration::from_millis(500),
     );
-    assert!(refused.is_err(), "a new connection was accepted while draining");
+    assert!(
+        refused.is_err(),
+        "a new connection was accepted while draining"
+    );
     // The idle keep-alive connection is closed, not kept until the grace ends.
     let closed_at = Instant::now();
     match idle.read(&mut buf) {
         Ok(0) | Err(_) => {}
         Ok(n) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&buf[..n])),
     }
-    assert!(closed_at.elapsed() < Duration::from_secs(1), "idle connection kept open");
+    assert!(
+        closed_at.elapsed() < Duration::from_secs(1),
+        "idle connection kept open"
+    );
 
     let r = inflight.await.unwrap();
     assert_eq!(r.status, 201, "the in-flight call finished: {}", r.text());
     let (status, _) = exit_of(a, Duration::from_secs(5)).await;
     assert!(status.success(), "{status:?}");
     let b = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
-    assert!(post(&b.url("/invoices/drain/charge"), &[], "{}").await.replayed());
+    assert!(post(&b.url("/invoices/drain/charge"), &[], "{}")
+        .await
+        .replayed());
 }
 
 /// A call still running when `shutdown_grace` ends: idem exits 0 at the deadline; the
@@ -119,37 +139,60 @@ async fn call_past_the_grace_keeps_its_lease() {
     let env = Env::new(Backend::Redis).await;
     let a = IdemProcess::spawn(&yaml(&env, "500ms", "1500ms")).await;
     let u = a.url("/invoices/late/charge");
-    let inflight = tokio::spawn(async move { try_send("POST", &u, &[("x-mock-delay-ms", "5000")], "{}").await });
+    let inflight =
+        tokio::spawn(
+            async move { try_send("POST", &u, &[("x-mock-delay-ms", "5000")], "{}").await },
+        );
     tokio::time::sleep(Duration::from_millis(200)).await;
     let signalled = Instant::now();
     a.signal("TERM");
     let (status, exited) = exit_of(a, Duration::from_secs(5)).await;
     let drain = exited - signalled;
     assert!(status.success(), "{status:?}");
-    assert!(drain >= Duration::from_millis(450), "left before the grace: {drain:?}");
+    assert!(
+        drain >= Duration::from_millis(450),
+        "left before the grace: {drain:?}"
+    );
     // The call would run 5 s: the grace (500 ms, plus process exit) was enforced.
-    assert!(drain < Duration::from_millis(3000), "grace not enforced: {drain:?}");
+    assert!(
+        drain < Duration::from_millis(3000),
+        "grace not enforced: {drain:?}"
+    );
     let caller = inflight.await.unwrap();
-    assert!(caller.is_err(), "the caller's exchange was cut, not completed: {caller:?}");
+    assert!(
+        caller.is_err(),
+        "the caller's exchange was cut, not completed: {caller:?}"
+    );
 
     let b = IdemProcess::spawn(&yaml(&env, "5s", "1500ms")).await;
     let held = send("GET", &b.admin_url("/v1/keys/charge/charge:late"), &[], "").await;
     assert_eq!(held.status, 200);
     assert_eq!(held.json()["state"], "in_progress");
     let u = b.url("/invoices/late/charge");
-    assert_eq!(post(&u, &[], "{}").await.status, 409, "held while the lease lasts");
+    assert_eq!(
+        post(&u, &[], "{}").await.status,
+        409,
+        "held while the lease lasts"
+    );
     let started = Instant::now();
     let retried = loop {
         let r = post(&u, &[], "{}").await;
         if r.status != 409 {
             break r;
         }
-        assert!(started.elapsed() < Duration::from_secs(3), "the lease never expired");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the lease never expired"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(retried.status, 201, "{}", retried.text());
     assert!(!retried.replayed());
-    assert_eq!(env.upstream.executions("charge:late"), 2, "one retry, same upstream key");
+    assert_eq!(
+        env.upstream.executions("charge:late"),
+        2,
+        "one retry, same upstream key"
+    );
     assert!(post(&u, &[], "{}").await.replayed());
     println!("MEASURED shutdown at the deadline: exited {drain:?} after SIGTERM (grace 500 ms)");
 }
@@ -161,7 +204,8 @@ async fn idle_drain_is_immediate() {
     let env = Env::new(Backend::Redis).await;
     let a = IdemProcess::spawn(&yaml(&env, "10s", "5s")).await;
     let mut idle = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
-    idle.write_all(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    idle.write_all(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
     let mut buf = [0u8; 1024];
     let _ = idle.read(&mut buf).unwrap();
     // And a connection that sent nothing at all.

@@ -89,11 +89,16 @@ async fn record(idem: &Running, id: &str) -> (u16, serde_json::Value) {
         "",
     )
     .await;
-    (r.status, serde_json::from_slice(&r.body).unwrap_or_default())
+    (
+        r.status,
+        serde_json::from_slice(&r.body).unwrap_or_default(),
+    )
 }
 
 async fn metric(idem: &Running, name: &str) -> f64 {
-    let text = send("GET", &admin_url(idem, "/metrics"), &[], "").await.text();
+    let text = send("GET", &admin_url(idem, "/metrics"), &[], "")
+        .await
+        .text();
     text.lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -187,7 +192,11 @@ async fn ambiguous_faults_hold_the_key_then_one_retry(b: Backend) {
                 assert_eq!(r.header("content-type"), Some("application/problem+json"));
                 let detail = r.json()["detail"].as_str().unwrap().to_owned();
                 assert!(detail.contains("unknown"), "{}: {detail}", case.id);
-                assert!(detail.contains("same idempotency key"), "{}: {detail}", case.id);
+                assert!(
+                    detail.contains("same idempotency key"),
+                    "{}: {detail}",
+                    case.id
+                );
             }
             (Seen::Aborted { status, .. }, true) => assert_eq!(*status, 201, "{}", case.id),
             _ => panic!("{}: {seen:?}", case.id),
@@ -202,11 +211,19 @@ async fn ambiguous_faults_hold_the_key_then_one_retry(b: Backend) {
         assert_eq!(rec["state"], "in_progress", "{}", case.id);
         assert_eq!(rec["attempt"], 1);
         let r = call(&idem, case.id, &[]).await;
-        assert_eq!(r.problem(), (409, "request_in_progress".to_owned()), "{}", case.id);
+        assert_eq!(
+            r.problem(),
+            (409, "request_in_progress".to_owned()),
+            "{}",
+            case.id
+        );
     }
     // Lease over (no renewals after the fault): exactly one retry is forwarded.
     let last = *faulted_at.last().unwrap();
-    tokio::time::sleep((last + LEASE + Duration::from_millis(100)).saturating_duration_since(Instant::now())).await;
+    tokio::time::sleep(
+        (last + LEASE + Duration::from_millis(100)).saturating_duration_since(Instant::now()),
+    )
+    .await;
     for case in AMBIGUOUS {
         let key = format!("charge:{}", case.id);
         let executed_before = upstream.executions(&key);
@@ -215,8 +232,15 @@ async fn ambiguous_faults_hold_the_key_then_one_retry(b: Backend) {
         let retry = call(&idem, case.id, &[]).await;
         let (status, _) = retry.problem();
         assert_eq!(status, 201, "{}", case.id);
-        assert_eq!(upstream.executions(&key), executed_before + 1, "{}: same upstream key", case.id);
-        let Seen::Complete(again) = call(&idem, case.id, &[]).await else { panic!() };
+        assert_eq!(
+            upstream.executions(&key),
+            executed_before + 1,
+            "{}: same upstream key",
+            case.id
+        );
+        let Seen::Complete(again) = call(&idem, case.id, &[]).await else {
+            panic!()
+        };
         assert!(again.replayed(), "{}", case.id);
         assert_eq!(record(&idem, case.id).await.1["state"], "completed");
     }
@@ -246,7 +270,9 @@ async fn ambiguous_release_frees_the_key_at_once(b: Backend) {
 /// caller gets 502 `upstream_unavailable`; a retry tries again rather than 409.
 async fn refused_connection_releases_with_502(b: Backend) {
     let mut env = Env::new(b).await;
-    env.upstream.addr = format!("127.0.0.1:{}", support::harness::free_port()).parse().unwrap();
+    env.upstream.addr = format!("127.0.0.1:{}", support::harness::free_port())
+        .parse()
+        .unwrap();
     let idem = env.idem_with_timeout(&routes(""), UPSTREAM_TIMEOUT).await;
     for _ in 0..2 {
         let r = call(&idem, "refused", &[]).await;
@@ -263,10 +289,14 @@ async fn garbage_answer_is_ambiguous(b: Backend) {
     env.upstream.addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         for _ in 0..4 {
-            let Ok((mut s, _)) = listener.accept().await else { return };
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
             let mut buf = [0u8; 4096];
             let _ = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await;
-            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\x00\xff garbage\r\n\r\n").await;
+            let _ = s
+                .write_all(b"SSH-2.0-OpenSSH_9.6\r\n\x00\xff garbage\r\n\r\n")
+                .await;
         }
     });
     let idem = env.idem_with_timeout(&routes(""), UPSTREAM_TIMEOUT).await;

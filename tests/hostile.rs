@@ -122,7 +122,10 @@ fn req(method_path: &str, headers: &str, body: &str) -> Vec<u8> {
 
 /// Normal protected traffic running alongside the hostile cases: each request is a new
 /// intent (201) followed by its repeat (replay).
-fn normal_traffic(idem: &Running, stop: Arc<AtomicUsize>) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
+fn normal_traffic(
+    idem: &Running,
+    stop: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
     let base = url(idem, "/invoices");
     tokio::spawn(async move {
         let mut served = 0;
@@ -251,7 +254,11 @@ async fn malformed_and_oversized_requests_get_defined_4xx() {
             got.text
         );
         report.push(format!("{name}: {:?} closed={}", got.status, got.closed));
-        assert!(ok, "{name}: expected {expect:?}, got {:?} closed={} text={:.300}", got.status, got.closed, got.text);
+        assert!(
+            ok,
+            "{name}: expected {expect:?}, got {:?} closed={} text={:.300}",
+            got.status, got.closed, got.text
+        );
     }
     println!("HOSTILE\n{}", report.join("\n"));
 
@@ -267,7 +274,10 @@ async fn malformed_and_oversized_requests_get_defined_4xx() {
 
     stop.store(1, Ordering::SeqCst);
     let (served, failures) = traffic.await.unwrap();
-    assert!(failures.is_empty(), "normal traffic failed meanwhile: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "normal traffic failed meanwhile: {failures:?}"
+    );
     assert!(served >= 5, "normal traffic served: {served}");
     assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
 }
@@ -293,12 +303,17 @@ async fn smuggling_attempts_reach_the_upstream_as_parsed() {
     let received = upstream.received();
     for r in &received {
         assert!(
-            !(r.headers.contains_key("content-length") && r.headers.contains_key("transfer-encoding")),
+            !(r.headers.contains_key("content-length")
+                && r.headers.contains_key("transfer-encoding")),
             "ambiguous framing forwarded: {r:?}"
         );
     }
     let answers = got.text.matches("HTTP/1.1 ").count() + got2.text.matches("HTTP/1.1 ").count();
-    assert!(received.len() <= answers, "{} forwarded, {answers} answered", received.len());
+    assert!(
+        received.len() <= answers,
+        "{} forwarded, {answers} answered",
+        received.len()
+    );
     println!(
         "SMUGGLING: {:?} / {:?}; upstream saw {:?}",
         got.status,
@@ -358,7 +373,11 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
     const TRICKLING: usize = 1500;
     const SILENT: usize = 300;
     let upstream = MockUpstream::start().await;
-    let idem = start(&upstream, "server:\n  header_read_timeout: 1s\n  max_connections: 4000\n").await;
+    let idem = start(
+        &upstream,
+        "server:\n  header_read_timeout: 1s\n  max_connections: 4000\n",
+    )
+    .await;
     let addr = idem.addr;
     let started = Instant::now();
     let connected = Arc::new(AtomicUsize::new(0));
@@ -370,7 +389,10 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
         // through, seconds later — a property of the kernel, not of idem.
         if i % 100 == 0 {
             while connected.load(Ordering::SeqCst) < i {
-                assert!(started.elapsed() < Duration::from_secs(10), "could not connect the slow clients");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "could not connect the slow clients"
+                );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
@@ -410,14 +432,22 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
     // Once they are all connected: normal requests while the slow clients hold their
     // connections.
     while connected.load(Ordering::SeqCst) < TRICKLING + SILENT {
-        assert!(started.elapsed() < Duration::from_secs(10), "could not connect the slow clients");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "could not connect the slow clients"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let all_connected = started.elapsed();
     let mut latencies = Vec::new();
     for n in 0..20 {
         let t = Instant::now();
-        let r = post(&url(&idem, &format!("/invoices/fast_{n}/charge")), &[], "{}").await;
+        let r = post(
+            &url(&idem, &format!("/invoices/fast_{n}/charge")),
+            &[],
+            "{}",
+        )
+        .await;
         latencies.push(t.elapsed());
         assert_eq!(r.status, 201);
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -442,8 +472,14 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
     assert_eq!(cut, TRICKLING + SILENT, "every slow client was cut off");
     assert!(slowest_cut < Duration::from_secs(4), "{slowest_cut:?}");
     // Starved requests would wait for a slot, i.e. for a header_read_timeout (1 s) each.
-    assert!(median < Duration::from_millis(200), "normal requests starved: {latencies:?}");
-    assert!(worst < Duration::from_millis(1500), "normal requests starved: {latencies:?}");
+    assert!(
+        median < Duration::from_millis(200),
+        "normal requests starved: {latencies:?}"
+    );
+    assert!(
+        worst < Duration::from_millis(1500),
+        "normal requests starved: {latencies:?}"
+    );
     assert_eq!(upstream.executions("charge:slow"), 0);
     assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
 }
@@ -475,12 +511,17 @@ async fn connection_limit_holds_and_recovers() {
     .expect("served once the slow clients were cut off");
     let waited = t.elapsed();
     assert_eq!(r.status, 201);
-    assert!(waited >= Duration::from_millis(500), "the limit was not enforced ({waited:?})");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "the limit was not enforced ({waited:?})"
+    );
     assert!(waited < Duration::from_secs(3), "{waited:?}");
 
     // An idle keep-alive connection does not hold a slot forever either.
     let mut ka = TcpStream::connect(idem.addr).await.unwrap();
-    ka.write_all(b"GET /passthrough HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    ka.write_all(b"GET /passthrough HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = vec![0u8; 4096];
     let n = ka.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 "));

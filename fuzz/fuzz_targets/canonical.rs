@@ -23,7 +23,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(reparsed, value, "canonical JSON keeps the value");
             assert_eq!(idem::canonical::to_vec(&reparsed), canonical, "idempotent");
             let again = BodyView::new(Bytes::copy_from_slice(canonical));
-            assert_eq!(again.canonical(), Some(canonical), "a canonical body is its own canonical form");
+            assert_eq!(
+                again.canonical(),
+                Some(canonical),
+                "a canonical body is its own canonical form"
+            );
         }
         None => {
             assert!(!is_canonical);

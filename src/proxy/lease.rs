@@ -124,10 +124,7 @@ impl LeaseHolder {
     async fn retry_completion(self, record: Record, retention: Duration) {
         let deadline = Instant::now() + self.record.remaining();
         let mut backoff = Duration::from_millis(50);
-        loop {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
-            };
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             tokio::time::sleep(backoff.min(left)).await;
             match self.write_completion(&record, retention).await {
                 Ok(true) => return,

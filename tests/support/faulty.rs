@@ -68,7 +68,10 @@ impl Shared {
     fn check(&self, dir: Dir, chunk: &[u8]) -> Option<(Fault, bool)> {
         let mut triggers = self.triggers.lock().unwrap();
         let i = triggers.iter().position(|t| {
-            t.dir == dir && chunk.windows(t.pattern.len().max(1)).any(|w| w == t.pattern)
+            t.dir == dir
+                && chunk
+                    .windows(t.pattern.len().max(1))
+                    .any(|w| w == t.pattern)
         })?;
         let trigger = triggers.remove(i);
         self.fired.fetch_add(1, Ordering::SeqCst);
@@ -88,7 +91,9 @@ pub struct FaultyProxy {
 
 impl FaultyProxy {
     pub async fn start(target: SocketAddr) -> FaultyProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind faulty proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind faulty proxy");
         let addr = listener.local_addr().unwrap();
         let (fault, _) = watch::channel(Fault::Pass);
         let shared = Arc::new(Shared {
@@ -243,7 +248,11 @@ async fn pump(
             Fault::Pass | Fault::Delay(_) => {}
         }
         if let Some((dir, chunk)) = pending.take() {
-            let to = if dir == Dir::Up { &mut server } else { &mut client };
+            let to = if dir == Dir::Up {
+                &mut server
+            } else {
+                &mut client
+            };
             if to.write_all(&chunk).await.is_err() {
                 return;
             }
@@ -294,7 +303,11 @@ async fn pump(
                 }
             }
         }
-        let to = if dir == Dir::Up { &mut server } else { &mut client };
+        let to = if dir == Dir::Up {
+            &mut server
+        } else {
+            &mut client
+        };
         if to.write_all(chunk).await.is_err() {
             return;
         }

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod faulty;
 pub mod harness;
 pub mod redis;
 pub mod store;
 pub mod upstream;
-pub mod faulty;
