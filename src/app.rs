@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
@@ -83,17 +83,23 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let when_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    tokio::spawn(admin::serve(
-        admin_listener,
-        admin.clone(),
-        when_stopped(stopped.clone()),
-    ));
-    let done = tokio::spawn(server::serve(
+    let serving = server::serve(
         listener,
         proxy.clone(),
         config.server.clone(),
         when_stopped(stopped),
-    ));
+    );
+    // The admin listener outlives the drain, so probes see "draining" (not a refused
+    // connection) and metrics stay scrapeable until the end.
+    let (admin_stop, admin_stopped) = oneshot::channel::<()>();
+    tokio::spawn(admin::serve(admin_listener, admin.clone(), async move {
+        let _ = admin_stopped.await;
+    }));
+    let done = tokio::spawn(async move {
+        let drained = serving.await;
+        drop(admin_stop);
+        drained
+    });
     tracing::info!(%addr, %admin_addr, upstream = %config.upstream.url, "idem listening");
     Ok(Running {
         addr,

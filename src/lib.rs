@@ -29,3 +29,4 @@ pub mod signal;
 pub mod store;
 pub mod telemetry;
 pub mod template;
+pub mod tls;

@@ -3,15 +3,19 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::io::IoSlice;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
 
 use crate::config::ServerConfig;
 use crate::proxy::Proxy;
@@ -44,6 +48,7 @@ pub async fn serve(
 ) -> bool {
     let builder = Arc::new(builder(&cfg));
     let graceful = GracefulShutdown::new();
+    let (draining, _) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
@@ -55,7 +60,7 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
-        let (stream, remote) = tokio::select! {
+        let (mut stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -71,18 +76,34 @@ pub async fn serve(
             let proxy = proxy.clone();
             async move { Ok::<_, Infallible>(proxy.handle(req, Some(remote)).await) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let mut drain = draining.subscribe();
+        let header_read_timeout = cfg.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // The first bytes are read here, bounded by `header_read_timeout`: the
+            // HTTP/1-or-2 detection of hyper-util's auto builder has no timeout of its
+            // own, so a client that connects and sends nothing would hold its
+            // connection (and a `max_connections` slot) forever.
+            let first = tokio::select! {
+                first = first_bytes(&mut stream, header_read_timeout) => first,
+                _ = drain.wait_for(|d| *d) => None,
+            };
+            let Some(first) = first else {
+                tracing::debug!(%remote, "no request bytes within header_read_timeout; closed");
+                drop(permit);
+                return;
+            };
+            let io = TokioIo::new(Prefixed::new(first, stream));
+            let conn = builder.serve_connection(io, service).into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(error = %e, %remote, "connection ended with an error");
             }
             drop(permit);
         });
     }
     drop(listener);
+    let _ = draining.send(true);
     tracing::info!(grace = ?cfg.shutdown_grace, "draining");
     let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
     let connections = tokio::time::timeout_at(deadline, graceful.shutdown())
@@ -112,4 +133,151 @@ async fn accept_error(e: std::io::Error) {
     }
     tracing::error!(error = %e, "accept failed");
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// The HTTP/2 connection preface: its first bytes decide between HTTP/1 and h2c.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Read until the protocol is decided (the bytes leave the HTTP/2 preface, or the whole
+/// preface arrived), within `timeout`. `None`: silence, EOF or an error — close.
+async fn first_bytes(stream: &mut TcpStream, timeout: Duration) -> Option<Vec<u8>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.read(&mut buf[len..])).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return None,
+        };
+        len += n;
+        let seen = &buf[..len.min(H2_PREFACE.len())];
+        if len >= H2_PREFACE.len() || !H2_PREFACE.starts_with(seen) {
+            buf.truncate(len);
+            return Some(buf);
+        }
+    }
+}
+
+/// A stream whose first reads return bytes already read from it.
+struct Prefixed {
+    prefix: Vec<u8>,
+    at: usize,
+    stream: TcpStream,
+}
+
+impl Prefixed {
+    fn new(prefix: Vec<u8>, stream: TcpStream) -> Self {
+        Prefixed {
+            prefix,
+            at: 0,
+            stream,
+        }
+    }
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.at < this.prefix.len() {
+            let n = (this.prefix.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.prefix[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.prefix.len() {
+                this.prefix = Vec::new();
+                this.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn first_bytes_decides_early_and_times_out_on_silence() {
+        let (mut client, mut server) = pair().await;
+        client.write_all(b"POST / HTTP/1.1\r\n").await.unwrap();
+        let got = first_bytes(&mut server, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(got.starts_with(b"PO"));
+        // A client trickling the h2 preface is still bounded.
+        let (mut client, mut server) = pair().await;
+        client.write_all(b"PRI * HTTP/2").await.unwrap();
+        let started = std::time::Instant::now();
+        assert!(first_bytes(&mut server, Duration::from_millis(200))
+            .await
+            .is_none());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let (mut client, mut server) = pair().await;
+        client.write_all(H2_PREFACE).await.unwrap();
+        assert_eq!(
+            first_bytes(&mut server, Duration::from_secs(1))
+                .await
+                .unwrap(),
+            H2_PREFACE
+        );
+        let (_client, mut server) = pair().await;
+        assert!(first_bytes(&mut server, Duration::from_millis(100))
+            .await
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn prefixed_replays_then_reads_the_stream() {
+        let (mut client, server) = pair().await;
+        client.write_all(b"world").await.unwrap();
+        drop(client);
+        let mut io = Prefixed::new(b"hello ".to_vec(), server);
+        let mut out = Vec::new();
+        io.read_to_end(&mut out).await.unwrap();
+        assert_eq!(out, b"hello world");
+    }
 }

@@ -215,3 +215,55 @@ async fn hop_by_hop_headers_are_dropped_and_forwarding_is_appended() {
     assert_eq!(got.headers["x-forwarded-for"], "10.1.2.3, 127.0.0.1");
     assert_eq!(got.headers["forwarded"], "for=127.0.0.1");
 }
+
+#[tokio::test]
+async fn fingerprint_can_be_limited_to_some_body_fields() {
+    let env = Env::new(Backend::Memory).await;
+    let routes = r#"
+routes:
+  - name: charge
+    path: /charges/{id}
+    key: "charge:{path.id}"
+    fingerprint: {body: [amount, currency]}
+  - name: notify
+    path: /notify/{id}
+    key: "notify:{path.id}"
+    fingerprint: [method, path]
+    bind_credentials: [x-api-key]
+"#;
+    let idem = env.idem(routes).await;
+    let c = url(&idem, "/charges/1");
+    post(&c, &[], r#"{"amount":5,"currency":"eur","trace":"a"}"#).await;
+    let r = post(&c, &[], r#"{"trace":"b","currency":"eur","amount":5}"#).await;
+    assert!(r.replayed(), "fields outside the fingerprint may change");
+    let r = post(&c, &[], r#"{"amount":6,"currency":"eur"}"#).await;
+    assert_eq!(r.status, 422);
+    let n = url(&idem, "/notify/1");
+    post(&n, &[("x-api-key", "k1"), ("authorization", "x")], "one").await;
+    let r = post(&n, &[("x-api-key", "k1"), ("authorization", "y")], "two").await;
+    assert!(r.replayed(), "body ignored; only x-api-key binds");
+    assert_eq!(post(&n, &[("x-api-key", "k2")], "one").await.status, 403);
+}
+
+#[tokio::test]
+async fn h2c_callers_are_served() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    let (env, idem) = env().await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let req = http::Request::post(url(&idem, "/emails"))
+            .header("idempotency-key", "h2")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        let resp = client.request(req).await.expect("h2c request");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), 201);
+        bodies.push(resp.into_body().collect().await.unwrap().to_bytes());
+    }
+    assert_eq!(bodies[0], bodies[1]);
+    assert_eq!(env.upstream.executions("h2"), 1);
+}

@@ -95,6 +95,12 @@ async fn sigterm_drains_in_flight_calls_and_records_them() {
         tokio::spawn(async move { post(&u_a, &[("x-mock-delay-ms", "800")], "{}").await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     a.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ready = send("GET", &a.admin_url("/readyz"), &[], "").await;
+    assert_eq!((ready.status, ready.text().trim()), (503, "draining"));
+    let refused =
+        support::harness::try_send("POST", &a.url("/invoices/other/charge"), &[], "{}").await;
+    assert!(refused.is_err(), "no new connections while draining");
     let r = inflight.await.unwrap();
     assert_eq!(r.status, 201, "the in-flight call finished");
     let status = tokio::task::spawn_blocking(move || a.child.wait().unwrap())

@@ -16,8 +16,9 @@ use serde_saphyr::granit_parser::{Event, Options, Parser, ScalarStyle, Span};
 
 use super::error::{ConfigError, Pos};
 
-/// Most nodes a document may expand to, aliases included (a config has a few hundred).
-const MAX_NODES: usize = 100_000;
+/// Most a document may expand to, aliases included, counting one per node plus the bytes
+/// of its text (a config weighs a few kilobytes; this is 16 MiB).
+const MAX_WEIGHT: usize = 16 << 20;
 /// Deepest nesting accepted, aliases included; a config needs about 5.
 const MAX_DEPTH: usize = 64;
 
@@ -75,9 +76,9 @@ pub(crate) fn parse(text: &str) -> Result<Node, ConfigError> {
 #[derive(Default)]
 struct Builder {
     stack: Vec<Frame>,
-    /// Anchor id → (node, its node count, its depth).
+    /// Anchor id → (node, its weight, its depth).
     anchors: HashMap<usize, (Node, usize, usize)>,
-    nodes: usize,
+    weight: usize,
     root: Option<Node>,
     documents: usize,
 }
@@ -119,7 +120,9 @@ impl Builder {
                     } else {
                         Value::Scalar(text.into_owned())
                     };
-                    self.finish(Node { pos, value }, anchor, 1)?;
+                    let node = Node { pos, value };
+                    let weight = measure(&node).0;
+                    self.finish(node, anchor, weight)?;
                 }
                 Event::SequenceStart(_, anchor, _) => {
                     self.open(pos)?;
@@ -131,14 +134,18 @@ impl Builder {
                 }
                 Event::SequenceEnd | Event::MappingEnd => self.close()?,
                 Event::Alias(id) => {
-                    let Some((node, size, depth)) = self.anchors.get(&id).cloned() else {
+                    let Some((weight, depth)) = self.anchors.get(&id).map(|a| (a.1, a.2)) else {
                         return Err(err(pos, "alias to an unknown anchor"));
                     };
                     if self.stack.len() + depth > MAX_DEPTH {
                         return Err(err(pos, "aliases nest too deeply"));
                     }
-                    let node = Node { pos, ..node };
-                    self.finish(node, 0, size)?;
+                    self.charge(pos, weight)?;
+                    let node = Node {
+                        pos,
+                        ..self.anchors[&id].0.clone()
+                    };
+                    self.finish(node, 0, 0)?;
                 }
                 _ => {}
             }
@@ -178,15 +185,22 @@ impl Builder {
         self.finish(node, anchor, 1)
     }
 
-    /// A node of `size` new nodes is complete: remember its anchor, give it to its parent.
-    fn finish(&mut self, node: Node, anchor: usize, size: usize) -> Result<(), ConfigError> {
-        self.nodes += size;
-        if self.nodes > MAX_NODES {
+    /// Count `weight` against the budget, before anything is copied.
+    fn charge(&mut self, pos: Pos, weight: usize) -> Result<(), ConfigError> {
+        self.weight = self.weight.saturating_add(weight);
+        if self.weight > MAX_WEIGHT {
             return Err(err(
-                node.pos,
+                pos,
                 "the document is too large (aliases expand too far)",
             ));
         }
+        Ok(())
+    }
+
+    /// A node is complete: charge its new `weight`, remember its anchor, give it to its
+    /// parent.
+    fn finish(&mut self, node: Node, anchor: usize, weight: usize) -> Result<(), ConfigError> {
+        self.charge(node.pos, weight)?;
         if anchor != 0 {
             let (size, depth) = measure(&node);
             self.anchors.insert(anchor, (node.clone(), size, depth));
@@ -210,17 +224,18 @@ impl Builder {
     }
 }
 
-/// Node count and depth (a scalar has depth 1) of a finished subtree.
+/// Weight (nodes plus text bytes) and depth (a scalar has depth 1) of a finished subtree.
 fn measure(node: &Node) -> (usize, usize) {
     match &node.value {
-        Value::Null | Value::Scalar(_) => (1, 1),
+        Value::Null => (1, 1),
+        Value::Scalar(text) => (1 + text.len(), 1),
         Value::Seq(items) => items.iter().fold((1, 1), |(n, d), c| {
             let (cn, cd) = measure(c);
             (n + cn, d.max(cd + 1))
         }),
-        Value::Map(entries) => entries.iter().fold((1, 1), |(n, d), (_, c)| {
+        Value::Map(entries) => entries.iter().fold((1, 1), |(n, d), (k, c)| {
             let (cn, cd) = measure(c);
-            (n + cn, d.max(cd + 1))
+            (n + 1 + k.name.len() + cn, d.max(cd + 1))
         }),
     }
 }
@@ -296,7 +311,13 @@ mod tests {
                 }
             ));
         }
-        assert!(parse(&bomb).is_err());
+        assert!(parse(&bomb).unwrap_err().message.contains("too large"));
+        let big = format!(
+            "a: &a {}\nb: [{}]\n",
+            "x".repeat(1 << 20),
+            ["*a"; 20].join(", ")
+        );
+        assert!(parse(&big).unwrap_err().message.contains("too large"));
         assert!(parse(&"[".repeat(1000)).is_err());
         assert!(parse("a: 1\n---\nb: 2\n").is_err());
         assert!(parse("? [a]\n: 1\n").is_err());

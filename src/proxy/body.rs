@@ -55,6 +55,6 @@ impl Body for ChannelBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.hint.clone()
+        self.hint
     }
 }

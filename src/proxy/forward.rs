@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use http::uri::{PathAndQuery, Uri};
 use http::{request, HeaderValue, Request};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -14,14 +15,21 @@ use super::body::UpstreamBody;
 use super::headers::{append_forwarded, strip_hop_by_hop};
 use crate::config::UpstreamConfig;
 
-pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
 
-/// Build the pooled client used for every upstream call.
+/// Build the pooled client used for every upstream call: plain HTTP, or HTTPS verified
+/// against the system's trust store (`SSL_CERT_FILE`/`SSL_CERT_DIR` are honoured).
 pub fn client(cfg: &UpstreamConfig) -> UpstreamClient {
+    crate::tls::install_crypto_provider();
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(cfg.connect_timeout));
     connector.set_nodelay(true);
-    connector.enforce_http(true);
+    connector.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(crate::tls::client_config())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(std::time::Duration::from_secs(90))
         .pool_max_idle_per_host(1024)

@@ -1,53 +1,51 @@
 //! The protected flow of one request (SPEC §1 steps 2–5): read the body, derive the
-//! key, reserve it, and either forward (winner), replay, or refuse (loser).
+//! intent, reserve its key, and either forward (winner), replay, or refuse (loser).
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{header, request, Response};
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http::{request, Response};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::body::ProxyBody;
 use super::execute::{self, Call};
 use super::forward::upstream_request;
+use super::intent::{key_problem, read_body, Intent};
+use super::lease::retry_after_secs;
 use super::problem::{self, Problem};
 use super::replay::replay;
 use super::{forward_unprotected, Inner};
 use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnFailure, OnStoreError, RoutePolicy};
-use crate::key::{self, KeyError, StoreKey};
+use crate::key::{self, StoreKey};
 use crate::metrics::{Outcome, StoreOp};
 use crate::route::Captures;
-use crate::store::{Record, RecordState, Reserve, StoreError};
-use crate::template::RequestView;
+use crate::store::{Record, RecordState, Reserve, StoreError, Token};
 
 /// What the pipeline needs to answer and log one protected request.
 pub struct Handled {
     pub response: Response<ProxyBody>,
     pub outcome: Outcome,
     pub key: Option<StoreKey>,
+    /// Time spent in store round trips.
+    pub store_time: Duration,
+    /// Time until the upstream answered (winner only).
+    pub upstream_time: Option<Duration>,
 }
 
-impl Handled {
-    fn problem(p: Problem, outcome: Outcome, key: Option<StoreKey>) -> Self {
-        Handled {
-            response: p.into_response(),
-            outcome,
-            key,
-        }
-    }
-}
-
-/// The identity of one intent, derived from the request.
-struct Intent {
-    key: String,
-    scope: String,
-    store_key: StoreKey,
-    fingerprint: [u8; 32],
-    credentials: [u8; 32],
+/// One protected request on its way through the flow.
+struct Flow<'a> {
+    inner: &'a Arc<Inner>,
+    policy: Arc<RoutePolicy>,
+    parts: request::Parts,
+    body: BodyView,
+    client_ip: Option<IpAddr>,
+    on_store_error: OnStoreError,
+    key: Option<StoreKey>,
+    store_time: Duration,
 }
 
 pub async fn protect(
@@ -59,267 +57,242 @@ pub async fn protect(
     client_ip: Option<IpAddr>,
     on_store_error: OnStoreError,
 ) -> Handled {
-    let raw = match read_body(
-        body,
-        &parts.headers,
-        policy.max_request_bytes,
-        inner.upstream.timeout,
-    )
-    .await
-    {
-        Ok(raw) => raw,
-        Err(p) => return Handled::problem(p, Outcome::rejected, None),
+    let limit = policy.max_request_bytes;
+    let raw = read_body(body, &parts.headers, limit, inner.upstream.timeout).await;
+    let mut flow = Flow {
+        inner,
+        policy,
+        parts,
+        body: BodyView::new(raw.as_ref().cloned().unwrap_or_default()),
+        client_ip,
+        on_store_error,
+        key: None,
+        store_time: Duration::ZERO,
     };
-    let body = BodyView::new(raw);
-    let intent = match derive(&policy, &parts, &captures, &body) {
-        Ok(Some(intent)) => intent,
-        Ok(None) if !policy.require_key => {
-            let upstream_body = Either::Left(Full::new(body.raw().clone()));
-            let response = forward_unprotected(inner, parts, upstream_body, client_ip).await;
-            return Handled {
-                response,
-                outcome: Outcome::passthrough,
-                key: None,
-            };
+    if let Err(p) = raw {
+        return flow.refuse(p, Outcome::rejected);
+    }
+    match Intent::derive(&flow.policy, &flow.parts, &captures, &flow.body) {
+        Ok(Some(intent)) => {
+            flow.key = Some(intent.store_key);
+            flow.reserve(intent).await
         }
+        Ok(None) if !flow.policy.require_key => flow.unprotected(Outcome::passthrough).await,
         Ok(None) => {
-            return Handled::problem(problem::key_missing(&policy.name), Outcome::rejected, None)
+            let p = problem::key_missing(&flow.policy.name);
+            flow.refuse(p, Outcome::rejected)
         }
-        Err(KeyError::BodyNotJson) => {
-            return Handled::problem(problem::body_not_json(), Outcome::rejected, None)
-        }
-        Err(KeyError::Invalid(reason)) => {
-            return Handled::problem(problem::key_invalid(&reason), Outcome::rejected, None)
-        }
-    };
-    let key = Some(intent.store_key);
+        Err(e) => flow.refuse(key_problem(e), Outcome::rejected),
+    }
+}
 
-    let deadline = Instant::now() + policy.wait_timeout;
-    let mut attempt_record = new_record(&policy, &intent);
-    loop {
-        // Watch before reading, so a completion between the read and the wait is seen.
-        let mut watch = (policy.on_concurrent == OnConcurrent::Wait)
-            .then(|| inner.store.watch(&intent.store_key));
-        let started = Instant::now();
-        let reserved = inner
-            .store
-            .reserve(&intent.store_key, &attempt_record, policy.lease)
-            .await;
-        inner.metrics.store_op(StoreOp::reserve, started.elapsed());
-        let existing = match reserved {
-            Err(e) => {
-                return store_failed(inner, e, parts, body, client_ip, on_store_error, key).await
-            }
-            Ok(Reserve::Won) => {
-                return winner(
-                    inner,
-                    &policy,
-                    &intent,
-                    attempt_record,
-                    parts,
-                    body,
-                    client_ip,
+impl Flow<'_> {
+    /// Reserve, and decide as winner or loser; loops only to wait or to retry a race.
+    async fn reserve(mut self, intent: Intent) -> Handled {
+        let policy = self.policy.clone();
+        let deadline = Instant::now() + policy.wait_timeout;
+        loop {
+            // Watch before reading, so a completion between the read and the wait is seen.
+            let mut watch = (policy.on_concurrent == OnConcurrent::Wait)
+                .then(|| self.inner.store.watch(&intent.store_key));
+            let mine = intent.reservation(&policy);
+            let inner = self.inner;
+            let store = &inner.store;
+            let reserved = self
+                .timed(
+                    StoreOp::reserve,
+                    store.reserve(&intent.store_key, &mine, policy.lease),
                 )
-                .await
-            }
-            Ok(Reserve::Exists(existing)) => existing,
-        };
-        if existing.credentials != intent.credentials {
-            return Handled::problem(problem::credential_mismatch(), Outcome::rejected, key);
-        }
-        if existing.fingerprint != intent.fingerprint {
-            return Handled::problem(problem::key_reused(), Outcome::mismatch, key);
-        }
-        match (existing.state, &existing.response) {
-            (RecordState::Completed, Some(stored)) => {
-                let retry =
-                    policy.on_failure == OnFailure::Retry && (400..500).contains(&stored.status);
-                if !retry {
-                    return match replay(stored) {
-                        Ok(response) => Handled {
-                            response,
-                            outcome: Outcome::replayed,
-                            key,
-                        },
-                        Err(p) => Handled::problem(p, Outcome::conflict, key),
-                    };
+                .await;
+            let existing = match reserved {
+                Err(e) => {
+                    let refused = self.on_store_error == OnStoreError::Reject;
+                    if refused && matches!(e, StoreError::Timeout(_)) {
+                        release_orphan(self.inner, intent.store_key, mine.token, policy.lease);
+                    }
+                    return self.store_failed(e).await;
                 }
-                // A stored 4xx with `on_failure: retry`: take the key over for a new attempt.
-                let next = existing.next_attempt(policy.lease);
-                let started = Instant::now();
-                let taken = inner
-                    .store
-                    .replace_if_owner(
+                Ok(Reserve::Won) => return self.forward(&intent, mine).await,
+                Ok(Reserve::Exists(existing)) => existing,
+            };
+            // Credentials first: a stranger learns nothing about the request.
+            if existing.credentials != intent.credentials {
+                return self.refuse(problem::credential_mismatch(), Outcome::rejected);
+            }
+            if existing.fingerprint != intent.fingerprint {
+                return self.refuse(problem::key_reused(), Outcome::mismatch);
+            }
+            match (existing.state, &existing.response) {
+                (RecordState::Completed, Some(stored)) => {
+                    let failed = (400..500).contains(&stored.status);
+                    if !(failed && policy.on_failure == OnFailure::Retry) {
+                        return self.replay(replay(stored));
+                    }
+                    // A stored 4xx with `on_failure: retry`: take over for a new attempt.
+                    let next = existing.next_attempt(policy.lease);
+                    let taken = store.replace_if_owner(
                         &intent.store_key,
                         &existing.token,
                         &next,
                         policy.lease,
                         false,
-                    )
-                    .await;
-                inner.metrics.store_op(StoreOp::takeover, started.elapsed());
-                match taken {
-                    Ok(true) => {
-                        return winner(inner, &policy, &intent, next, parts, body, client_ip).await
-                    }
-                    Ok(false) => continue,
-                    Err(e) => {
-                        return store_failed(inner, e, parts, body, client_ip, on_store_error, key)
-                            .await
-                    }
-                }
-            }
-            _ => {
-                let remaining = existing.remaining();
-                let retry_after = super::lease::retry_after_secs(&existing);
-                let now = Instant::now();
-                let Some(watch) = watch.as_mut().filter(|_| now < deadline) else {
-                    return Handled::problem(
-                        problem::in_progress(&policy.name, retry_after),
-                        Outcome::conflict,
-                        key,
                     );
-                };
-                // Wake on completion (pub/sub), at the lease's end (its owner may have died),
-                // or after a second as a safety net against a lost notification.
-                let wake = now + (remaining + Duration::from_millis(5)).min(Duration::from_secs(1));
-                tokio::select! {
-                    _ = watch.changed() => {}
-                    _ = tokio::time::sleep_until(wake.min(deadline).into()) => {}
+                    match self.timed(StoreOp::takeover, taken).await {
+                        Ok(true) => return self.forward(&intent, next).await,
+                        Ok(false) => continue,
+                        Err(e) => return self.store_failed(e).await,
+                    }
                 }
-                attempt_record = new_record(&policy, &intent);
+                _ => {
+                    let now = Instant::now();
+                    let Some(watch) = watch.as_mut().filter(|_| now < deadline) else {
+                        let p = problem::in_progress(&policy.name, retry_after_secs(&existing));
+                        return self.refuse(p, Outcome::conflict);
+                    };
+                    // Wake on completion (pub/sub), at the lease's end (its owner may have
+                    // died), or after a second as a safety net against a lost notification.
+                    let nap = (existing.remaining() + Duration::from_millis(5))
+                        .min(Duration::from_secs(1));
+                    tokio::select! {
+                        _ = watch.changed() => {}
+                        _ = tokio::time::sleep_until((now + nap).min(deadline).into()) => {}
+                    }
+                }
             }
         }
     }
-}
 
-fn derive(
-    policy: &RoutePolicy,
-    parts: &request::Parts,
-    captures: &Captures,
-    body: &BodyView,
-) -> Result<Option<Intent>, KeyError> {
-    let view = RequestView {
-        method: &parts.method,
-        route: &policy.name,
-        captures,
-        query: parts.uri.query(),
-        headers: &parts.headers,
-        body,
-    };
-    let Some(key) = key::render_key(policy, &view)? else {
-        return Ok(None);
-    };
-    let Some(scope) = key::render_scope(policy, &view)? else {
-        return Ok(None);
-    };
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    Ok(Some(Intent {
-        store_key: StoreKey::new(&policy.name, &scope, &key),
-        fingerprint: key::fingerprint(&policy.fingerprint, &parts.method, path, body),
-        credentials: key::credential_hash(&policy.bind_credentials, &parts.headers),
-        key,
-        scope,
-    }))
-}
-
-fn new_record(policy: &RoutePolicy, intent: &Intent) -> Record {
-    Record::in_progress(
-        &policy.name,
-        &intent.scope,
-        &intent.key,
-        intent.fingerprint,
-        intent.credentials,
-        policy.lease,
-    )
-}
-
-/// We own the key: forward once, with the key passed on, in a detached task.
-async fn winner(
-    inner: &Arc<Inner>,
-    policy: &Arc<RoutePolicy>,
-    intent: &Intent,
-    record: Record,
-    parts: request::Parts,
-    body: BodyView,
-    client_ip: Option<IpAddr>,
-) -> Handled {
-    let upstream_key = key::upstream_key(&intent.key, record.attempt);
-    let key_value = key::forward_key_value(&upstream_key, policy.forward_key_format);
-    let request = upstream_request(
-        &inner.upstream.url,
-        parts,
-        Either::Left(Full::new(body.raw().clone())),
-        client_ip,
-        Some((&policy.forward_key_header, key_value)),
-    );
-    let call = Call {
-        policy: policy.clone(),
-        key: intent.store_key,
-        record,
-        request,
-    };
-    let response = match execute::spawn(inner, call).await {
-        Ok(response) => response,
-        Err(_) => problem::upstream_unavailable().into_response(),
-    };
-    Handled {
-        response,
-        outcome: Outcome::forwarded,
-        key: Some(intent.store_key),
-    }
-}
-
-/// The store could not answer: refuse (default) or forward unprotected, marked.
-async fn store_failed(
-    inner: &Arc<Inner>,
-    error: StoreError,
-    parts: request::Parts,
-    body: BodyView,
-    client_ip: Option<IpAddr>,
-    on_store_error: OnStoreError,
-    key: Option<StoreKey>,
-) -> Handled {
-    tracing::warn!(error = %error, "idempotency store unavailable");
-    let response = match on_store_error {
-        OnStoreError::Reject => problem::store_unavailable().into_response(),
-        OnStoreError::Passthrough => {
-            let upstream_body = Either::Left(Full::new(body.raw().clone()));
-            let mut response = forward_unprotected(inner, parts, upstream_body, client_ip).await;
-            response
-                .headers_mut()
-                .insert(super::headers::IDEMPOTENCY_DEGRADED, super::headers::TRUE);
-            response
+    /// We own the key: forward once, with the key passed on, in a detached task.
+    async fn forward(self, intent: &Intent, record: Record) -> Handled {
+        let policy = &self.policy;
+        let upstream_key = key::upstream_key(&intent.key, record.attempt);
+        let key_value = key::forward_key_value(&upstream_key, policy.forward_key_format);
+        let request = upstream_request(
+            &self.inner.upstream.url,
+            self.parts,
+            Either::Left(Full::new(self.body.raw().clone())),
+            self.client_ip,
+            Some((&policy.forward_key_header, key_value)),
+        );
+        let call = Call {
+            policy: policy.clone(),
+            key: intent.store_key,
+            record,
+            request,
+        };
+        let started = Instant::now();
+        let response = match execute::spawn(self.inner, call).await {
+            Ok(response) => response,
+            Err(_) => problem::upstream_unavailable().into_response(),
+        };
+        Handled {
+            response,
+            outcome: Outcome::forwarded,
+            key: self.key,
+            store_time: self.store_time,
+            upstream_time: Some(started.elapsed()),
         }
-    };
-    Handled {
-        response,
-        outcome: Outcome::store_error,
-        key,
+    }
+
+    fn replay(self, replayed: Result<Response<ProxyBody>, Problem>) -> Handled {
+        match replayed {
+            Ok(response) => self.answer(response, Outcome::replayed),
+            // Completed, but the body was too large to keep: never a second execution.
+            Err(p) => self.refuse(p, Outcome::conflict),
+        }
+    }
+
+    /// The store could not answer: refuse (default) or forward unprotected, marked.
+    async fn store_failed(self, error: StoreError) -> Handled {
+        tracing::warn!(error = %error, "idempotency store unavailable");
+        match self.on_store_error {
+            OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::store_error),
+            OnStoreError::Passthrough => {
+                let mut handled = self.unprotected(Outcome::store_error).await;
+                let headers = handled.response.headers_mut();
+                headers.insert(super::headers::IDEMPOTENCY_DEGRADED, super::headers::TRUE);
+                handled
+            }
+        }
+    }
+
+    /// Forward without idempotency (`require_key: false`, or a degraded store).
+    async fn unprotected(self, outcome: Outcome) -> Handled {
+        let body = Either::Left(Full::new(self.body.raw().clone()));
+        let started = Instant::now();
+        let response = forward_unprotected(self.inner, self.parts, body, self.client_ip).await;
+        Handled {
+            response,
+            outcome,
+            key: self.key,
+            store_time: self.store_time,
+            upstream_time: Some(started.elapsed()),
+        }
+    }
+
+    fn refuse(self, p: Problem, outcome: Outcome) -> Handled {
+        self.answer(p.into_response(), outcome)
+    }
+
+    fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
+        Handled {
+            response,
+            outcome,
+            key: self.key,
+            store_time: self.store_time,
+            upstream_time: None,
+        }
+    }
+
+    /// Run one store round trip, timing it for the metrics and the log line.
+    async fn timed<T>(&mut self, op: StoreOp, fut: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = fut.await;
+        let took = started.elapsed();
+        self.inner.metrics.store_op(op, took);
+        self.store_time += took;
+        out
     }
 }
 
-/// Read the whole body, refusing more than `limit` bytes (at once when the declared
-/// `Content-Length` is already over it).
-async fn read_body(
-    body: Incoming,
-    headers: &http::HeaderMap,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Bytes, Problem> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(problem::body_too_large(limit));
+/// Orphan releases pending at once; past this, an orphan just expires with its lease.
+const MAX_PENDING_ORPHANS: usize = 1_000;
+
+/// A reservation whose `SET` timed out (a frozen, partitioned or slow Redis) may still
+/// be applied when the store answers again. Nobody owns it then: the request was refused
+/// and nothing was executed, yet repeats would get 409 `request_in_progress` until the
+/// lease ends. Delete it — owner-checked, so only this request's own reservation — in
+/// the background, until it is gone or would have expired anyway.
+///
+/// A `0` ("not ours / absent") may come before a late `SET` on another connection, so
+/// the release is only trusted after two such answers at least 500 ms apart.
+fn release_orphan(inner: &Arc<Inner>, key: StoreKey, token: Token, lease: Duration) {
+    use std::sync::atomic::Ordering;
+    if inner.orphans.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_ORPHANS {
+        inner.orphans.fetch_sub(1, Ordering::Relaxed);
+        return;
     }
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(problem::body_invalid("it was not received in time")),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(problem::body_too_large(limit))
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let deadline = Instant::now() + lease;
+        let mut backoff = Duration::from_millis(100);
+        let mut absent_since: Option<Instant> = None;
+        while Instant::now() + backoff < deadline {
+            tokio::time::sleep(backoff).await;
+            match inner.store.release_if_owner(&key, &token).await {
+                Ok(true) => {
+                    tracing::info!(key = %key, "released a reservation applied after its timeout");
+                    break;
+                }
+                Ok(false) => match absent_since {
+                    Some(t) if t.elapsed() >= Duration::from_millis(500) => break,
+                    Some(_) => {}
+                    None => absent_since = Some(Instant::now()),
+                },
+                // Short backoff: the orphan appears the moment the store answers again.
+                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(500)),
+            }
         }
-        Ok(Err(e)) => Err(problem::body_invalid(&e.to_string())),
-    }
+        inner.orphans.fetch_sub(1, Ordering::Relaxed);
+    });
 }

@@ -136,15 +136,19 @@ impl LeaseHolder {
             .await
     }
 
+    /// Retry until the reservation's lease really ends (its last renewal + `lease`):
+    /// until then no repeat can take the key, so a late write still lands; after it a
+    /// repeat may, and the write would be refused anyway. The backoff stays short so the
+    /// write lands soon after the store returns and no attempt overshoots the lease.
     async fn retry_completion(self, record: Record, retention: Duration) {
-        let deadline = Instant::now() + self.lease;
-        let mut backoff = Duration::from_millis(100);
-        while Instant::now() + backoff < deadline {
-            tokio::time::sleep(backoff).await;
+        let deadline = Instant::now() + self.record.remaining();
+        let mut backoff = Duration::from_millis(50);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(backoff.min(left)).await;
             match self.write_completion(&record, retention).await {
                 Ok(true) => return,
                 Ok(false) => return self.stale(),
-                Err(_) => backoff = (backoff * 2).min(Duration::from_secs(2)),
+                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(250)),
             }
         }
         tracing::error!(

@@ -17,13 +17,15 @@ mod execute;
 pub mod forward;
 pub mod headers;
 mod idempotency;
+mod intent;
 mod lease;
 pub mod problem;
 mod replay;
+mod request_id;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,7 +38,7 @@ use tokio_util::task::TaskTracker;
 pub use body::{BoxError, ProxyBody};
 
 use crate::config::{Config, DefaultAction, OnStoreError, UpstreamConfig};
-use crate::metrics::{Metrics, Outcome, RouteCounters};
+use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
 use crate::store::Store;
 use forward::UpstreamClient;
@@ -61,6 +63,8 @@ pub struct Inner {
     /// Detached upstream calls; shutdown waits for them to record their outcome.
     pub tasks: TaskTracker,
     generation: AtomicU64,
+    /// Background releases of reservations that timed out (see `idempotency`).
+    orphans: AtomicUsize,
 }
 
 /// The proxy service: cheap to clone, one per connection.
@@ -81,6 +85,7 @@ impl Proxy {
                 metrics,
                 tasks: TaskTracker::new(),
                 generation: AtomicU64::new(1),
+                orphans: AtomicUsize::new(0),
             }),
         }
     }
@@ -135,7 +140,9 @@ impl Proxy {
         };
         let policy = policy.clone();
 
-        // 2–5. Protect.
+        // 2–5. Protect. Every protected request carries a request id, end to end.
+        let mut parts = parts;
+        let request_id = request_id::ensure(&mut parts.headers);
         let started = Instant::now();
         // Boxed: the protected flow's future is several KB, and hyper moves the
         // connection's request future by value; boxing keeps the passthrough path and
@@ -154,13 +161,17 @@ impl Proxy {
             Some(counters) => counters.inc(handled.outcome),
             None => self.inner.metrics.count(&policy.name, handled.outcome),
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         tracing::info!(
+            target: "idem::request",
+            request_id = request_id.to_str().unwrap_or("-"),
             route = %policy.name,
             outcome = handled.outcome.as_str(),
             key_hash = %handled.key.map(|k| k.to_string()).unwrap_or_default(),
             status = handled.response.status().as_u16(),
-            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
-            "request"
+            duration_ms = ms(started.elapsed()),
+            store_ms = ms(handled.store_time),
+            upstream_ms = handled.upstream_time.map(ms),
         );
         handled.response
     }
@@ -200,10 +211,4 @@ async fn forward_unprotected(
         Ok(Err(e)) if e.is_connect() => problem::upstream_unavailable().into_response(),
         Ok(Err(_)) | Err(_) => problem::upstream_timeout(None).into_response(),
     }
-}
-
-/// Count a passthrough outcome for an unmatched request (kept off the hot path).
-#[allow(dead_code)]
-fn count_unmatched(metrics: &Metrics) {
-    metrics.count("", Outcome::passthrough);
 }

@@ -126,6 +126,17 @@ pub struct IdemProcess {
 impl IdemProcess {
     /// Write `yaml` (with `listen`/`admin` prepended) and spawn `idem serve --config`.
     pub async fn spawn(yaml: &str) -> IdemProcess {
+        Self::spawn_with(yaml, &[], "warn", &[]).await
+    }
+
+    /// As `spawn`, with extra CLI arguments and a `RUST_LOG` filter; stderr goes to a
+    /// file that [`IdemProcess::logs`] reads.
+    pub async fn spawn_with(
+        yaml: &str,
+        args: &[&str],
+        rust_log: &str,
+        envs: &[(&str, &str)],
+    ) -> IdemProcess {
         let port = free_port();
         let admin_port = free_port();
         let dir = tempfile::tempdir().unwrap();
@@ -133,12 +144,15 @@ impl IdemProcess {
         let text =
             format!("listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin_port}\n{yaml}");
         std::fs::write(&config_path, text).unwrap();
+        let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["serve", "--config"])
             .arg(&config_path)
-            .env("RUST_LOG", "warn")
+            .args(args)
+            .env("RUST_LOG", rust_log)
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .expect("spawn idem binary");
         let process = IdemProcess {
@@ -150,6 +164,20 @@ impl IdemProcess {
         };
         process.wait_healthy().await;
         process
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Replace the configuration file (keeping the listeners), e.g. before SIGHUP.
+    pub fn rewrite_config(&self, yaml: &str) {
+        let text = format!(
+            "listen: 127.0.0.1:{}\nadmin:\n  listen: 127.0.0.1:{}\n{yaml}",
+            self.port, self.admin_port
+        );
+        std::fs::write(&self.config_path, text).unwrap();
     }
 
     pub fn url(&self, path: &str) -> String {

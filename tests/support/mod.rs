@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod faulty;
 pub mod harness;
 pub mod redis;
 pub mod store;

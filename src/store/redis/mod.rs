@@ -3,8 +3,8 @@
 //! - Store key: `key_prefix` + hex(`StoreKey`). Event channel: `{key_prefix}events`.
 //! - Every operation is one round trip, bounded by `op_timeout` ([`StoreError::Timeout`]);
 //!   any Redis or connection error is [`StoreError::Unavailable`].
-//! - Commands share one multiplexed, self-reconnecting connection ([`conn`]); wake-ups
-//!   come from one pub/sub subscription per store ([`subscriber`]). Both start in the
+//! - Commands share one multiplexed, self-reconnecting connection (`conn.rs`); wake-ups
+//!   come from one pub/sub subscription per store (`subscriber.rs`). Both start in the
 //!   background: [`RedisStore::connect`] succeeds even while Redis is down.
 //!
 //! [`connect`]: RedisStore::connect
@@ -57,6 +57,7 @@ impl RedisStore {
             let msg = format!("redis mode {:?} is not supported yet", cfg.mode);
             return Err(StoreError::Unavailable(msg));
         }
+        crate::tls::install_crypto_provider();
         let client = Client::open(cfg.url.as_str())
             .map_err(|e| StoreError::Unavailable(format!("cannot use redis url: {e}")))?;
         let conn = Arc::new(Conn::new(client.clone(), cfg.op_timeout)?);

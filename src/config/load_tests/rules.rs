@@ -1,0 +1,234 @@
+//! Each validation rule: the error or warning it gives, and the place it names.
+
+use super::*;
+
+#[test]
+fn errors_name_line_column_and_path() {
+    let text = format!("{MINIMAL}routes:\n  - name: a\n    path: /a\n    key: \"{{header.x}}\"\n    on_concurrent: wiat\n");
+    let e = load(&text).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "t.yaml:7:20: routes[0].on_concurrent: invalid value \"wiat\"; valid values: conflict, wait"
+    );
+}
+
+#[test]
+fn all_errors_come_out_at_once() {
+    let e = errors(
+        "listen: nope\nupstream:\n  url: ftp://x\n  timeot: 3s\nserver:\n  max_header_bytes: 64Kb2\n\
+         routes:\n  - name: a\n    path: /a/{id}\n    key: \"x:{path.idd}\"\n    lease: 30\n  - name: a\n    path: /b\n  - path: /c\n    key: \"k{\"\n",
+    );
+    assert_eq!(e.len(), 10, "{e:#?}");
+    has(&e, "1:9 listen: invalid address");
+    has(
+        &e,
+        "3:8 upstream.url: invalid URL \"ftp://x\": the scheme must be http or https",
+    );
+    has(
+        &e,
+        "4:3 upstream.timeot: unknown field \"timeot\"; did you mean \"timeout\"?",
+    );
+    has(&e, "6:21 server.max_header_bytes: invalid size");
+    has(&e, "10:10 routes[0].key: placeholder {path.idd} names no capture of the route's path \"/a/{id}\"; its captures: id");
+    has(
+        &e,
+        "11:12 routes[0].lease: invalid duration \"30\": a duration needs a unit",
+    );
+    has(
+        &e,
+        "12:11 routes[1].name: duplicate route name \"a\" (first used at line 8)",
+    );
+    has(&e, "12:5 routes[1].key: missing");
+    has(&e, "14:5 routes[2].name: missing");
+    has(&e, "15:10 routes[2].key: invalid template \"k{\"");
+}
+
+#[test]
+fn syntax_errors_have_a_place() {
+    let e = errors("upstream:\n  url: [http://x\nroutes: 1\n");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("invalid YAML"), "{e:?}");
+    assert!(!e[0].starts_with('-'), "{e:?}");
+    has(&errors("- a\n- b\n"), "1:1 : expected a map, found a list");
+}
+
+#[test]
+fn lease_must_be_shorter_than_retention() {
+    let e = errors(&route(
+        "    key: \"{path.id}\"\n    lease: 2h\n    retention: 1h\n",
+    ));
+    has(
+        &e,
+        "7:12 routes[0].lease: lease (2h) must be shorter than retention (1h",
+    );
+    // Inherited lease, route-local retention: the route's own line is blamed.
+    let e = errors(&format!("{MINIMAL}defaults:\n  lease: 1m\nroutes:\n  - name: r\n    path: /r\n    key: k{{method}}\n    retention: 30s\n"));
+    has(&e, "9:16 routes[0].retention: lease (1m) must be shorter than retention (30s) in route \"r\"; the other value is from defaults.lease");
+    // Both in defaults: reported once, not once per route.
+    let e = errors(&format!("{MINIMAL}defaults:\n  lease: 1h\n  retention: 1h\nroutes:\n  - {{name: a, path: /a, key: \"{{method}}\"}}\n  - {{name: b, path: /b, key: \"{{method}}\"}}\n"));
+    assert_eq!(e.len(), 1, "{e:#?}");
+}
+
+#[test]
+fn route_needs_name_path_and_key() {
+    let e = errors(&format!("{MINIMAL}routes:\n  - methods: [POST]\n"));
+    has(&e, "4:5 routes[0].name: missing");
+    has(&e, "4:5 routes[0].path: missing");
+    has(&e, "4:5 routes[0].key: missing");
+    has(
+        &errors(&route("    key: []\n")),
+        "routes[0].key: list at least one key alternative",
+    );
+    has(
+        &errors(&route("    key: \"\"\n")),
+        "routes[0].key: an empty key alternative",
+    );
+    has(
+        &errors(&format!(
+            "{MINIMAL}routes:\n  - name: r\n    path: /a/{{\n    key: \"{{method}}\"\n"
+        )),
+        "5:11 routes[0].path: invalid path: ",
+    );
+    has(
+        &errors(&format!(
+            "{MINIMAL}routes:\n  - {{name: \"a b\", path: /a, key: \"k{{method}}\"}}\n"
+        )),
+        "routes[0].name: invalid route name",
+    );
+}
+
+#[test]
+fn scope_placeholders_are_checked_against_the_path() {
+    has(
+        &errors(&route(
+            "    key: \"{path.id}\"\n    scope: \"{path.tenant}\"\n",
+        )),
+        "routes[0].scope: placeholder {path.tenant}",
+    );
+}
+
+#[test]
+fn methods_statuses_and_headers() {
+    has(
+        &errors(&route("    key: \"{path.id}\"\n    methods: [post]\n")),
+        "routes[0].methods[0]: invalid method \"post\"; methods are case-sensitive, write \"POST\"",
+    );
+    has(
+        &errors(&route("    key: \"{path.id}\"\n    methods: []\n")),
+        "list at least one method",
+    );
+    has(
+        &errors(&route(
+            "    key: \"{path.id}\"\n    store_statuses: [2xx, 6xx]\n",
+        )),
+        "routes[0].store_statuses[1]: invalid status \"6xx\"",
+    );
+    has(
+        &errors(&route(
+            "    key: \"{path.id}\"\n    forward_key_header: \"bad header\"\n",
+        )),
+        "invalid header name",
+    );
+    has(
+        &errors(&route(
+            "    key: \"{path.id}\"\n    bind_credentials: [\"a b\"]\n",
+        )),
+        "routes[0].bind_credentials[0]: invalid header name",
+    );
+    has(
+        &errors(&route("    key: \"{path.id}\"\n    max_key_length: 0\n")),
+        "routes[0].max_key_length: must be greater than 0",
+    );
+}
+
+#[test]
+fn warnings_do_not_fail_the_load() {
+    let c = ok(&route("    key: \"{path.id}\"\n    wait_timeout: 5s\n    lease: 500ms\n    store_statuses: [2xx, 5xx, 429]\n"));
+    let all = c.warnings.join("\n");
+    assert!(
+        all.contains("t.yaml:7:19: routes[0].wait_timeout: ignored: on_concurrent is conflict"),
+        "{all}"
+    );
+    assert!(
+        all.contains("routes[0].lease: lease 500ms is under 1s"),
+        "{all}"
+    );
+    assert!(
+        all.contains("routes[0].store_statuses[1]: storing 5xx"),
+        "{all}"
+    );
+    assert!(
+        all.contains("routes[0].store_statuses[2]: 429 is never stored"),
+        "{all}"
+    );
+    let c = ok(&route(
+        "    key: \"{path.id}\"\n    wait_timeout: 5s\n    on_concurrent: wait\n",
+    ));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}
+
+#[test]
+fn defaults_wait_timeout_warns_only_when_nobody_waits() {
+    let text = |oc: &str| {
+        format!("{MINIMAL}defaults:\n  wait_timeout: 5s\nroutes:\n  - {{name: a, path: /a, key: \"{{method}}\", on_concurrent: {oc}}}\n")
+    };
+    assert!(ok(&text("wait")).warnings.is_empty());
+    assert!(ok(&text("conflict")).warnings[0].contains("defaults.wait_timeout: ignored"));
+}
+
+#[test]
+fn literal_key_and_shadowed_route_warn() {
+    let c = ok(&format!("{MINIMAL}routes:\n  - {{name: a, path: /a, key: fixed}}\n  - {{name: b, path: /a, methods: [POST], key: \"{{method}}\"}}\n"));
+    let all = c.warnings.join("\n");
+    assert!(
+        all.contains("routes[0].key: \"fixed\" has no placeholder"),
+        "{all}"
+    );
+    assert!(
+        all.contains("routes[1].path: never matches: route \"a\" (line 4)"),
+        "{all}"
+    );
+}
+
+#[test]
+fn sections_are_validated() {
+    has(&errors("listen: 1.2.3.4:80\n"), "upstream: missing");
+    has(
+        &errors("upstream: {timeout: 1s}\n"),
+        "1:11 upstream.url: missing",
+    );
+    has(
+        &errors(&format!(
+            "{MINIMAL}store:\n  backend: redis\n  redis:\n    mode: sentinel\n"
+        )),
+        "store.redis.nodes: sentinel mode needs",
+    );
+    has(
+        &errors(&format!(
+            "{MINIMAL}store:\n  backend: redis\n  redis:\n    url: http://x\n"
+        )),
+        "store.redis.url: invalid Redis URL",
+    );
+    has(
+        &errors(&format!("{MINIMAL}store: {{backend: disk}}\n")),
+        "invalid value \"disk\"; valid values: memory, redis",
+    );
+    has(
+        &errors(&format!("{MINIMAL}default: drop\n")),
+        "valid values: passthrough, reject",
+    );
+    has(
+        &errors(&format!("{MINIMAL}server: {{header_read_timeout: 0s}}\n")),
+        "server.header_read_timeout: must be greater than 0",
+    );
+    has(
+        &errors(&format!("{MINIMAL}routes: {{a: 1}}\n")),
+        "routes: expected a list, found a map",
+    );
+    has(
+        &errors(&format!("{MINIMAL}upstream:\n  url: http://y\n")),
+        "upstream: repeated field (first set at line 1)",
+    );
+    // An unused Redis section is not checked against the Redis client.
+    ok(&format!("{MINIMAL}store:\n  redis:\n    url: bogus\n"));
+}

@@ -1,0 +1,104 @@
+//! From request to intent: read the body (bounded) and derive key, scope, store key,
+//! fingerprint and credential hash. Pure apart from reading the body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, request};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::problem::{self, Problem};
+use crate::body::BodyView;
+use crate::config::RoutePolicy;
+use crate::key::{self, KeyError, StoreKey};
+use crate::route::Captures;
+use crate::store::Record;
+use crate::template::RequestView;
+
+/// The identity of one intent, derived from the request.
+pub struct Intent {
+    pub key: String,
+    pub scope: String,
+    pub store_key: StoreKey,
+    pub fingerprint: [u8; 32],
+    pub credentials: [u8; 32],
+}
+
+impl Intent {
+    /// Derive the intent; `Ok(None)` when no key alternative (or the scope) resolves.
+    pub fn derive(
+        policy: &RoutePolicy,
+        parts: &request::Parts,
+        captures: &Captures,
+        body: &BodyView,
+    ) -> Result<Option<Intent>, KeyError> {
+        let view = RequestView {
+            method: &parts.method,
+            route: &policy.name,
+            captures,
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            body,
+        };
+        let Some(key) = key::render_key(policy, &view)? else {
+            return Ok(None);
+        };
+        let Some(scope) = key::render_scope(policy, &view)? else {
+            return Ok(None);
+        };
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        Ok(Some(Intent {
+            store_key: StoreKey::new(&policy.name, &scope, &key),
+            fingerprint: key::fingerprint(&policy.fingerprint, &parts.method, path, body),
+            credentials: key::credential_hash(&policy.bind_credentials, &parts.headers),
+            key,
+            scope,
+        }))
+    }
+
+    /// A fresh in-progress reservation for this intent.
+    pub fn reservation(&self, policy: &RoutePolicy) -> Record {
+        Record::in_progress(
+            &policy.name,
+            &self.scope,
+            &self.key,
+            self.fingerprint,
+            self.credentials,
+            policy.lease,
+        )
+    }
+}
+
+/// The problem for a key that could not be derived.
+pub fn key_problem(error: KeyError) -> Problem {
+    match error {
+        KeyError::BodyNotJson => problem::body_not_json(),
+        KeyError::Invalid(reason) => problem::key_invalid(&reason),
+    }
+}
+
+/// Read the whole body, refusing more than `limit` bytes (at once when the declared
+/// `Content-Length` is already over it). Never a silent bypass: too large is a 413.
+pub async fn read_body(
+    body: Incoming,
+    headers: &http::HeaderMap,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Problem> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(problem::body_too_large(limit));
+    }
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(problem::body_invalid("it was not received in time")),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(problem::body_too_large(limit))
+        }
+        Ok(Err(e)) => Err(problem::body_invalid(&e.to_string())),
+    }
+}

@@ -1,0 +1,235 @@
+//! The admin listener (SPEC §6): health, readiness, metrics after known traffic, key
+//! inspection and release, the admin token, and the `idem keys` CLI.
+
+mod support;
+
+use std::process::Command;
+
+use support::env::{Backend, Env};
+use support::harness::{admin_url, post, send, url};
+
+const ROUTES: &str = r#"
+routes:
+  - name: charge
+    path: /invoices/{invoice_id}/charge
+    key: "charge:{path.invoice_id}"
+  - name: refund
+    path: /refunds/{id}
+    key: "refund:{path.id}"
+    scope: "{header.x-tenant-id}"
+"#;
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no series {series} in\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics_after_known_traffic() {
+    let env = Env::new(Backend::Redis).await;
+    let idem = env.idem(ROUTES).await;
+    assert_eq!(
+        send("GET", &admin_url(&idem, "/healthz"), &[], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        send("GET", &admin_url(&idem, "/readyz"), &[], "")
+            .await
+            .status,
+        200
+    );
+    let u = url(&idem, "/invoices/m1/charge");
+    post(&u, &[], "{}").await;
+    post(&u, &[], "{}").await;
+    post(&u, &[], "{}").await;
+    post(&u, &[], r#"{"other":1}"#).await;
+    let text = send("GET", &admin_url(&idem, "/metrics"), &[], "")
+        .await
+        .text();
+    assert_eq!(
+        metric(
+            &text,
+            r#"idem_requests_total{route="charge",outcome="forwarded"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"idem_requests_total{route="charge",outcome="replayed"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"idem_requests_total{route="charge",outcome="mismatch"}"#
+        ),
+        1.0
+    );
+    assert_eq!(metric(&text, "idem_inflight"), 0.0);
+    assert_eq!(
+        metric(&text, r#"idem_store_duration_seconds_count{op="reserve"}"#),
+        4.0
+    );
+    assert_eq!(
+        metric(&text, r#"idem_store_duration_seconds_count{op="complete"}"#),
+        1.0
+    );
+    assert_eq!(metric(&text, "idem_upstream_duration_seconds_count"), 1.0);
+    assert_eq!(metric(&text, "idem_stale_completions_total"), 0.0);
+    assert_eq!(metric(&text, "idem_config_generation"), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_admin_shows_and_releases_records() {
+    for backend in [Backend::Memory, Backend::Redis] {
+        let env = Env::new(backend).await;
+        let idem = env.idem(ROUTES).await;
+        post(&url(&idem, "/invoices/k1/charge"), &[], "{}").await;
+        let r = send(
+            "GET",
+            &admin_url(&idem, "/v1/keys/charge/charge%3Ak1"),
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["route"], "charge");
+        assert_eq!(v["key"], "charge:k1");
+        assert_eq!(v["state"], "completed");
+        assert_eq!(v["attempt"], 1);
+        assert_eq!(v["status"], 201);
+        assert!(v["created_at"].as_str().unwrap().ends_with('Z'));
+        assert!(v["expires_at"].as_str().unwrap() > v["created_at"].as_str().unwrap());
+        assert!(v.get("body").is_none(), "the body only when asked for");
+        let r = send(
+            "GET",
+            &admin_url(&idem, "/v1/keys/charge/charge%3Ak1?body=true"),
+            &[],
+            "",
+        )
+        .await;
+        assert!(r.json()["body"].as_str().unwrap().contains("ch_"));
+        assert_eq!(
+            send("GET", &admin_url(&idem, "/v1/keys/charge/nope"), &[], "")
+                .await
+                .status,
+            404
+        );
+
+        // Release after an incident: the next repeat is forwarded again.
+        let r = send(
+            "DELETE",
+            &admin_url(&idem, "/v1/keys/charge/charge%3Ak1"),
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 204);
+        assert_eq!(
+            send(
+                "DELETE",
+                &admin_url(&idem, "/v1/keys/charge/charge%3Ak1"),
+                &[],
+                ""
+            )
+            .await
+            .status,
+            404
+        );
+        assert!(!post(&url(&idem, "/invoices/k1/charge"), &[], "{}")
+            .await
+            .replayed());
+
+        // Scoped keys are addressed with ?scope=.
+        post(&url(&idem, "/refunds/r1"), &[("x-tenant-id", "acme")], "{}").await;
+        let r = send(
+            "GET",
+            &admin_url(&idem, "/v1/keys/refund/refund%3Ar1?scope=acme"),
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!(r.json()["scope"], "acme");
+        assert_eq!(
+            send(
+                "GET",
+                &admin_url(&idem, "/v1/keys/refund/refund%3Ar1"),
+                &[],
+                ""
+            )
+            .await
+            .status,
+            404
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_token_guards_key_admin_and_the_cli_uses_it() {
+    let env = Env::new(Backend::Memory).await;
+    let idem = env
+        .idem(&format!("admin:\n  token: s3cret\n{ROUTES}"))
+        .await;
+    post(&url(&idem, "/invoices/t1/charge"), &[], "{}").await;
+    let path = "/v1/keys/charge/charge%3At1";
+    assert_eq!(
+        send("GET", &admin_url(&idem, path), &[], "").await.status,
+        401
+    );
+    let wrong = [("authorization", "Bearer nope")];
+    assert_eq!(
+        send("GET", &admin_url(&idem, path), &wrong, "")
+            .await
+            .status,
+        401
+    );
+    let right = [("authorization", "Bearer s3cret")];
+    assert_eq!(
+        send("GET", &admin_url(&idem, path), &right, "")
+            .await
+            .status,
+        200
+    );
+    // Health and metrics stay open for probes and scrapers.
+    assert_eq!(
+        send("GET", &admin_url(&idem, "/healthz"), &[], "")
+            .await
+            .status,
+        200
+    );
+
+    let admin = format!("http://{}", idem.admin_addr);
+    let cli = move |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
+        cmd.args(["keys"])
+            .args(args)
+            .args(["--admin", &admin, "--token", "s3cret"]);
+        cmd.env_remove("IDEM_ADMIN_TOKEN");
+        cmd.output().unwrap()
+    };
+    let out = tokio::task::spawn_blocking(move || {
+        let get = cli(&["get", "--route", "charge", "charge:t1"]);
+        let del = cli(&["delete", "--route", "charge", "charge:t1"]);
+        let gone = cli(&["get", "--route", "charge", "charge:t1"]);
+        (get, del, gone)
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.0.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.0.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.0.stdout).unwrap();
+    assert_eq!(v["state"], "completed");
+    assert!(out.1.status.success());
+    assert!(!out.2.status.success(), "deleted keys are 404");
+}

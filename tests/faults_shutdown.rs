@@ -1,0 +1,221 @@
+//! Graceful shutdown of the real binary (issue 3, SPEC §6 "Signals"): SIGTERM/SIGINT
+//! stop accepting, let in-flight calls finish and record within `shutdown_grace`, and
+//! exit 0; a call still running at the deadline keeps its lease, which expires, so the
+//! key stays safe. (`tests/owners.rs` has the basic SIGTERM drain.)
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::env::{Backend, Env};
+use support::harness::{post, send, try_send, IdemProcess};
+
+fn yaml(env: &Env, grace: &str, lease: &str) -> String {
+    format!(
+        "server:\n  shutdown_grace: {grace}\n{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n",
+        env.base_yaml("10s")
+    )
+}
+
+/// Waits (bounded) for the process to exit; returns its status and when it exited.
+async fn exit_of(mut p: IdemProcess, within: Duration) -> (std::process::ExitStatus, Instant) {
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = p.child.try_wait().unwrap() {
+                return (status, Instant::now());
+            }
+            assert!(
+                started.elapsed() < within,
+                "idem did not exit within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_drains_like_sigterm() {
+    let env = Env::new(Backend::Redis).await;
+    let a = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
+    let u = a.url("/invoices/int/charge");
+    let inflight = tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "700")], "{}").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.signal("INT");
+    let r = inflight.await.unwrap();
+    assert_eq!(r.status, 201, "the in-flight call finished: {}", r.text());
+    let (status, _) = exit_of(a, Duration::from_secs(5)).await;
+    assert!(status.success(), "exit 0 after draining: {status:?}");
+    let b = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
+    let again = post(&b.url("/invoices/int/charge"), &[], "{}").await;
+    assert!(again.replayed(), "the outcome was recorded before exit");
+    assert_eq!(again.body, r.body);
+    assert_eq!(env.upstream.executions("charge:int"), 1);
+}
+
+/// While draining: new connections are refused, an idle keep-alive connection is
+/// closed, `/readyz` says "draining" (503) so the load balancer stops sending, and the
+/// in-flight call still completes and is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_stops_accepting_and_reports_unready() {
+    let env = Env::new(Backend::Redis).await;
+    let a = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
+    // An idle keep-alive connection, opened before the signal.
+    let mut idle = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    idle.write_all(b"GET /healthz-passthrough HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = idle.read(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 "),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+
+    let u = a.url("/invoices/drain/charge");
+    let inflight =
+        tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "3000")], "{}").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.signal("TERM");
+    // Unready, and still observable, while draining.
+    let signalled = Instant::now();
+    let ready = loop {
+        let ready = try_send("GET", &a.admin_url("/readyz"), &[], "").await;
+        let ready = ready.expect("the admin listener answers while draining");
+        if ready.status == 503 {
+            break ready;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(2),
+            "never unready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(ready.text().contains("draining"), "{}", ready.text());
+    let metrics = send("GET", &a.admin_url("/metrics"), &[], "").await.text();
+    assert!(metrics.lines().any(|l| l == "idem_inflight 1"), "{metrics}");
+
+    // Stops accepting.
+    let refused = TcpStream::connect_timeout(
+        &format!("127.0.0.1:{}", a.port).parse().unwrap(),
+        Duration::from_millis(500),
+    );
+    assert!(
+        refused.is_err(),
+        "a new connection was accepted while draining"
+    );
+    // The idle keep-alive connection is closed, not kept until the grace ends.
+    let closed_at = Instant::now();
+    match idle.read(&mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&buf[..n])),
+    }
+    assert!(
+        closed_at.elapsed() < Duration::from_secs(1),
+        "idle connection kept open"
+    );
+
+    let r = inflight.await.unwrap();
+    assert_eq!(r.status, 201, "the in-flight call finished: {}", r.text());
+    let (status, _) = exit_of(a, Duration::from_secs(5)).await;
+    assert!(status.success(), "{status:?}");
+    let b = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
+    assert!(post(&b.url("/invoices/drain/charge"), &[], "{}")
+        .await
+        .replayed());
+}
+
+/// A call still running when `shutdown_grace` ends: idem exits 0 at the deadline; the
+/// caller's connection is closed (an error, never a fake success); the reservation is
+/// left with its lease — repeats get 409 until it expires — and then exactly one retry
+/// is forwarded, with the same upstream key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_past_the_grace_keeps_its_lease() {
+    let env = Env::new(Backend::Redis).await;
+    let a = IdemProcess::spawn(&yaml(&env, "500ms", "1500ms")).await;
+    let u = a.url("/invoices/late/charge");
+    let inflight =
+        tokio::spawn(
+            async move { try_send("POST", &u, &[("x-mock-delay-ms", "5000")], "{}").await },
+        );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let signalled = Instant::now();
+    a.signal("TERM");
+    let (status, exited) = exit_of(a, Duration::from_secs(5)).await;
+    let drain = exited - signalled;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        drain >= Duration::from_millis(450),
+        "left before the grace: {drain:?}"
+    );
+    // The call would run 5 s: the grace (500 ms, plus process exit) was enforced.
+    assert!(
+        drain < Duration::from_millis(3000),
+        "grace not enforced: {drain:?}"
+    );
+    let caller = inflight.await.unwrap();
+    assert!(
+        caller.is_err(),
+        "the caller's exchange was cut, not completed: {caller:?}"
+    );
+
+    let b = IdemProcess::spawn(&yaml(&env, "5s", "1500ms")).await;
+    let held = send("GET", &b.admin_url("/v1/keys/charge/charge:late"), &[], "").await;
+    assert_eq!(held.status, 200);
+    assert_eq!(held.json()["state"], "in_progress");
+    let u = b.url("/invoices/late/charge");
+    assert_eq!(
+        post(&u, &[], "{}").await.status,
+        409,
+        "held while the lease lasts"
+    );
+    let started = Instant::now();
+    let retried = loop {
+        let r = post(&u, &[], "{}").await;
+        if r.status != 409 {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(retried.status, 201, "{}", retried.text());
+    assert!(!retried.replayed());
+    assert_eq!(
+        env.upstream.executions("charge:late"),
+        2,
+        "one retry, same upstream key"
+    );
+    assert!(post(&u, &[], "{}").await.replayed());
+    println!("MEASURED shutdown at the deadline: exited {drain:?} after SIGTERM (grace 500 ms)");
+}
+
+/// With nothing in flight, a drain takes no time (idle keep-alive connections do not
+/// hold it up to the grace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_drain_is_immediate() {
+    let env = Env::new(Backend::Redis).await;
+    let a = IdemProcess::spawn(&yaml(&env, "10s", "5s")).await;
+    let mut idle = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
+    idle.write_all(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let _ = idle.read(&mut buf).unwrap();
+    // And a connection that sent nothing at all.
+    let _silent = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let signalled = Instant::now();
+    a.signal("TERM");
+    let (status, exited) = exit_of(a, Duration::from_secs(12)).await;
+    assert!(status.success());
+    let drain = exited - signalled;
+    assert!(drain < Duration::from_secs(2), "idle drain took {drain:?}");
+    println!("MEASURED idle drain: {drain:?}");
+}

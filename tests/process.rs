@@ -1,0 +1,163 @@
+//! The real binary: `check`, `serve --upstream` defaults, SIGHUP reload while requests
+//! are in flight, and structured log lines that never carry raw keys or credentials.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::env::{Backend, Env};
+use support::harness::{post, send, IdemProcess};
+
+fn idem(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn check_prints_the_route_table_or_every_error() {
+    let ok = idem(&["check", "--config", "config/idem.yaml"]);
+    assert_eq!(ok.status.code(), Some(0));
+    let table = String::from_utf8_lossy(&ok.stdout);
+    assert!(table.contains("charge_invoice") && table.contains("/invoices/{invoice_id}/charge"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "upstream:\n  url: http://127.0.0.1:3000\nroutes:\n  - name: a\n    path: /a\n    key: \"{path.id}\"\n    on_concurrent: wiat\n",
+    )
+    .unwrap();
+    let out = idem(&["check", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64));
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert!(errors.contains("bad.yaml:6:"), "{errors}");
+    assert!(errors.contains("routes[0].on_concurrent"), "{errors}");
+    assert!(errors.contains("valid values: conflict, wait"), "{errors}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
+    let env = Env::new(Backend::Memory).await;
+    let port = support::harness::free_port();
+    let admin = support::harness::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["serve", "--upstream", &env.upstream.url()])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .spawn()
+        .unwrap();
+    let u = format!("http://127.0.0.1:{port}/anything/at/all");
+    let mut first = None;
+    for _ in 0..100 {
+        if let Ok(r) =
+            support::harness::try_send("POST", &u, &[("idempotency-key", "d1")], "{}").await
+        {
+            first = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(first.expect("idem came up").status, 201);
+    assert!(post(&u, &[("idempotency-key", "d1")], "{}")
+        .await
+        .replayed());
+    assert!(
+        !post(&u, &[], "{}").await.replayed(),
+        "no key: passed through"
+    );
+    assert!(!post(&u, &[], "{}").await.replayed());
+    assert_eq!(env.upstream.total_executions(), 3);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn routes(env: &Env, extra_route: &str) -> String {
+    format!(
+        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n{extra_route}",
+        env.base_yaml("5s")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
+    let env = Env::new(Backend::Memory).await;
+    let p = IdemProcess::spawn_with(&routes(&env, ""), &[], "info", &[]).await;
+    let u = p.url("/invoices/r1/charge");
+    let inflight = tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "800")], "{}").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let email = "  - name: email\n    path: /emails\n    key: \"{header.x-task-id}\"\n";
+    p.rewrite_config(&routes(&env, email));
+    p.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let generation = send("GET", &p.admin_url("/v1/config"), &[], "")
+        .await
+        .json();
+    assert_eq!(generation["generation"], 2);
+    let e = p.url("/emails");
+    post(&e, &[("x-task-id", "t1")], "{}").await;
+    assert!(
+        post(&e, &[("x-task-id", "t1")], "{}").await.replayed(),
+        "the new route is live"
+    );
+    let r = inflight.await.unwrap();
+    assert_eq!(r.status, 201, "the in-flight call survived the reload");
+    assert!(post(&p.url("/invoices/r1/charge"), &[], "{}")
+        .await
+        .replayed());
+
+    // An invalid file keeps the running configuration and says why.
+    p.rewrite_config(
+        "upstream:\n  url: http://127.0.0.1:1\nroutes:\n  - name: broken\n    path: /x\n",
+    );
+    p.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let generation = send("GET", &p.admin_url("/v1/config"), &[], "")
+        .await
+        .json();
+    assert_eq!(generation["generation"], 2);
+    assert!(post(&e, &[("x-task-id", "t1")], "{}").await.replayed());
+    let logs = p.logs();
+    assert!(logs.contains("reload refused"), "{logs}");
+    assert!(logs.contains("routes[0].key"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_carry_the_key_hash_never_the_key_or_credentials() {
+    let env = Env::new(Backend::Memory).await;
+    let p =
+        IdemProcess::spawn_with(&routes(&env, ""), &["--log-format", "json"], "info", &[]).await;
+    let u = p.url("/invoices/inv_secret/charge");
+    let auth = [
+        ("authorization", "Bearer s3cret-token"),
+        ("x-request-id", "req-42"),
+    ];
+    post(&u, &auth, "{}").await;
+    post(&u, &auth, "{}").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = p.logs();
+    assert!(!logs.contains("inv_secret"), "raw key leaked:\n{logs}");
+    assert!(!logs.contains("s3cret-token"), "credential leaked:\n{logs}");
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["target"] == "idem::request")
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per protected request:\n{logs}");
+    assert_eq!(lines[0]["outcome"], "forwarded");
+    assert_eq!(lines[1]["outcome"], "replayed");
+    for line in &lines {
+        assert_eq!(line["route"], "charge");
+        assert_eq!(line["status"], 201);
+        assert_eq!(line["request_id"], "req-42");
+        assert_eq!(line["key_hash"].as_str().unwrap().len(), 64);
+        assert!(line["store_ms"].is_number() && line["duration_ms"].is_number());
+    }
+    assert!(lines[0]["upstream_ms"].is_number());
+}

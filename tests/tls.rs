@@ -1,0 +1,178 @@
+//! TLS on both outbound legs: an `https://` upstream and a `rediss://` store, each with a
+//! certificate from a private CA that idem trusts through `SSL_CERT_FILE`.
+
+mod support;
+
+use std::convert::Infallible;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use support::harness::{free_port, post, IdemProcess};
+
+struct Pki {
+    dir: tempfile::TempDir,
+    cert: CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+/// A private CA and a server certificate for 127.0.0.1 / localhost, written as PEM files.
+fn pki() -> Pki {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+    Pki {
+        cert: cert.der().clone(),
+        key_der: key.serialize_der(),
+        dir,
+    }
+}
+
+/// An HTTPS upstream that counts executions and answers each with its own id.
+async fn https_upstream(pki: &Pki) -> (u16, Arc<AtomicU64>) {
+    idem::tls::install_crypto_provider();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![pki.cert.clone()],
+            PrivateKeyDer::try_from(pki.key_der.clone()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicU64::new(0));
+    let counter = count.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, counter) = (acceptor.clone(), counter.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = service_fn(move |_req| {
+                    let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    let body = Full::new(Bytes::from(format!("{{\"id\":\"tls_{n}\"}}")));
+                    let mut response = http::Response::new(body);
+                    *response.status_mut() = http::StatusCode::CREATED;
+                    async move { Ok::<_, Infallible>(response) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (port, count)
+}
+
+/// A redis-server speaking only TLS, killed on drop.
+struct TlsRedis(Child, u16);
+
+impl TlsRedis {
+    fn start(dir: &Path) -> TlsRedis {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--tls-cert-file")
+            .arg(dir.join("server.pem"))
+            .arg("--tls-key-file")
+            .arg(dir.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(dir.join("ca.pem"))
+            .args([
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server not found: install it (Debian: apt-get install redis-server)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "TLS redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        TlsRedis(child, port)
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_upstream_and_rediss_store() {
+    let pki = pki();
+    let (upstream_port, executions) = https_upstream(&pki).await;
+    let redis = TlsRedis::start(pki.dir.path());
+    let yaml = format!(
+        "upstream:\n  url: https://127.0.0.1:{upstream_port}\nstore:\n  backend: redis\n  redis:\n    url: rediss://127.0.0.1:{}/0\nroutes:\n  - name: charge\n    path: /invoices/{{id}}/charge\n    key: \"charge:{{path.id}}\"\n",
+        redis.1
+    );
+    let ca = pki.dir.path().join("ca.pem");
+    let envs = [("SSL_CERT_FILE", ca.to_str().unwrap())];
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
+    let ready = support::harness::send("GET", &idem.admin_url("/readyz"), &[], "").await;
+    assert_eq!(
+        ready.status,
+        200,
+        "rediss store reachable: {}",
+        ready.text()
+    );
+    let u = idem.url("/invoices/tls1/charge");
+    let first = post(&u, &[], "{}").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let again = post(&u, &[], "{}").await;
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body);
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_upstream_certificate_is_refused() {
+    let pki = pki();
+    let (upstream_port, executions) = https_upstream(&pki).await;
+    let yaml = format!(
+        "upstream:\n  url: https://127.0.0.1:{upstream_port}\nroutes:\n  - name: charge\n    path: /invoices/{{id}}/charge\n    key: \"charge:{{path.id}}\"\n"
+    );
+    // No SSL_CERT_FILE: the private CA is not trusted.
+    let idem = IdemProcess::spawn(&yaml).await;
+    let r = post(&idem.url("/invoices/tls2/charge"), &[], "{}").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(executions.load(Ordering::SeqCst), 0);
+}
