@@ -5,28 +5,66 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
+use http_body_util::Full;
 use tokio::sync::mpsc;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The response body the proxy answers with: streamed upstream bodies, channel bodies
-/// fed by a detached upstream call, and in-memory replays/problems.
-pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+/// fed by a detached upstream call, and in-memory replays/problems. An enum rather than
+/// a boxed trait object: no allocation per response, no dynamic dispatch per frame.
+pub enum ProxyBody {
+    /// Replays and problems.
+    Full(Full<Bytes>),
+    /// An upstream body streamed straight through (passthrough).
+    Stream(hyper::body::Incoming),
+    /// Frames from the detached call that owns the upstream exchange.
+    Channel(ChannelBody),
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ProxyBody::Full(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+            ProxyBody::Stream(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
+            ProxyBody::Channel(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Full(b) => b.is_end_stream(),
+            ProxyBody::Stream(b) => b.is_end_stream(),
+            ProxyBody::Channel(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Full(b) => b.size_hint(),
+            ProxyBody::Stream(b) => b.size_hint(),
+            ProxyBody::Channel(b) => b.size_hint(),
+        }
+    }
+}
 
 /// The body sent upstream: the buffered body of a protected request, or the caller's
 /// streamed body on passthrough.
 pub type UpstreamBody = http_body_util::Either<Full<Bytes>, hyper::body::Incoming>;
 
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
+    ProxyBody::Full(Full::new(bytes.into()))
 }
 
 /// Stream an upstream body straight through (passthrough).
 pub fn stream(body: hyper::body::Incoming) -> ProxyBody {
-    body.map_err(BoxError::from).boxed_unsync()
+    ProxyBody::Stream(body)
 }
 
 /// A body fed frame by frame by the detached task that owns the upstream call. When the

@@ -216,7 +216,7 @@ impl Outbound {
         };
         let (tx, rx) = mpsc::channel(8);
         let (parts, ()) = head.into_parts();
-        let body = ChannelBody::new(rx, hint).boxed_unsync();
+        let body = ProxyBody::Channel(ChannelBody::new(rx, hint));
         if reply.send(Response::from_parts(parts, body)).is_ok() {
             self.tx = Some(tx);
         }
