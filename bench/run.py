@@ -173,7 +173,8 @@ class Redis:
 
 
 class Idem:
-    def __init__(self, bins, workdir, upstream_port, store, redis=None, log_level="warn"):
+    def __init__(self, bins, workdir, upstream_port, store, redis=None, log_level="warn",
+                 workers=0):
         self.port, self.admin = free_port(), free_port()
         store_yaml = "store:\n  backend: memory\n"
         if store == "redis":
@@ -191,9 +192,11 @@ class Idem:
                 "    path: /charges\n"
                 "    key: \"{header.idempotency-key}\"\n"
             )
+        env = {"RUST_LOG": log_level}
+        if workers:
+            env["TOKIO_WORKER_THREADS"] = str(workers)
         self.proc = Proc(
-            "idem", [bins["idem"], "serve", "--config", config], workdir,
-            env={"RUST_LOG": log_level},
+            "idem", [bins["idem"], "serve", "--config", config], workdir, env=env,
         )
         wait_port(self.port)
         deadline = time.time() + 10
@@ -327,7 +330,8 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
     else:
         if store == "redis":
             redis.cli("FLUSHALL")
-        idem = Idem(bins, workdir, ctx["upstream_port"], store, redis)
+        idem = Idem(bins, workdir, ctx["upstream_port"], store, redis,
+                    workers=args.idem_workers)
         port = idem.port
         proxy_pids = [idem.pid]
     env = {"RUN": run_id}
@@ -711,6 +715,8 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--upstream-threads", type=int, default=2)
+    ap.add_argument("--idem-workers", type=int, default=0,
+                    help="TOKIO_WORKER_THREADS for idem (0: its default, one per core)")
     ap.add_argument("--soak", type=int, default=60, help="seconds at 256 connections (0: skip)")
     ap.add_argument("--replay-keys", type=int, default=100)
     ap.add_argument("--only", default="", help="comma-separated scenario names")
