@@ -22,6 +22,16 @@ pub enum ProxyBody {
     Channel(ChannelBody),
 }
 
+impl std::fmt::Debug for ProxyBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProxyBody::Full(_) => "ProxyBody::Full",
+            ProxyBody::Stream(_) => "ProxyBody::Stream",
+            ProxyBody::Channel(_) => "ProxyBody::Channel",
+        })
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
