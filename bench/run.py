@@ -521,6 +521,9 @@ def machine_info():
             return "?"
 
     nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    commit = version(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src"],
+                           capture_output=True, text=True).stdout.strip()
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -530,6 +533,7 @@ def machine_info():
         "wrk": version(["wrk", "--version"], r"wrk [^\s]+"),
         "nginx": nginx.replace("nginx version: ", ""),
         "redis": version(["redis-server", "--version"], r"v=[\d.]+"),
+        "commit": commit + (" (with uncommitted changes in src/)" if dirty else ""),
     }
 
 
@@ -556,7 +560,7 @@ def render(args, results, extras, info, started, command):
     add = lines.append
     add(f"# idem benchmark — {started:%Y-%m-%d %H:%M} UTC")
     add("")
-    add(f"- Command: `{command}`")
+    add(f"- Command: `{command}`, commit {info['commit']}")
     add(f"- Machine: {info['cpu']}, {info['cores']} cores, {info['memory_mib']} MiB, "
         f"Linux {info['kernel']} (shared with other work; everything on loopback)")
     add(f"- Tools: {info['rustc']}; {info['wrk']}; nginx {info['nginx']}; "
