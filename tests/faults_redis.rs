@@ -93,10 +93,7 @@ impl Rig {
         let text = bounded(send("GET", &admin_url(&self.idem, "/metrics"), &[], ""))
             .await
             .text();
-        text.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        support::harness::metric_sum(&text, name)
     }
 }
 

@@ -99,10 +99,7 @@ async fn metric(idem: &Running, name: &str) -> f64 {
     let text = send("GET", &admin_url(idem, "/metrics"), &[], "")
         .await
         .text();
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    support::harness::metric_sum(&text, name)
 }
 
 /// One ambiguous case: how to provoke it, and what the caller must see.

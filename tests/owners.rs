@@ -18,11 +18,7 @@ fn yaml(env: &Env) -> String {
 
 async fn metric(p: &IdemProcess, name: &str) -> f64 {
     let text = send("GET", &p.admin_url("/metrics"), &[], "").await.text();
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    support::harness::metric_sum(&text, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,6 +84,13 @@ fn routes(env: &Env, extra_route: &str) -> String {
     )
 }
 
+async fn generation(p: &IdemProcess) -> u64 {
+    let config = send("GET", &p.admin_url("/v1/config"), &[], "")
+        .await
+        .json();
+    config["generation"].as_u64().unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
     let env = Env::new(Backend::Memory).await;
@@ -96,10 +103,7 @@ async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
     p.rewrite_config(&routes(&env, email));
     p.signal("HUP");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let generation = send("GET", &p.admin_url("/v1/config"), &[], "")
-        .await
-        .json();
-    assert_eq!(generation["generation"], 2);
+    assert_eq!(generation(&p).await, 2);
     let e = p.url("/emails");
     post(&e, &[("x-task-id", "t1")], "{}").await;
     assert!(
@@ -118,10 +122,7 @@ async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
     );
     p.signal("HUP");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let generation = send("GET", &p.admin_url("/v1/config"), &[], "")
-        .await
-        .json();
-    assert_eq!(generation["generation"], 2);
+    assert_eq!(generation(&p).await, 2);
     assert!(post(&e, &[("x-task-id", "t1")], "{}").await.replayed());
     let logs = p.logs();
     assert!(logs.contains("reload refused"), "{logs}");

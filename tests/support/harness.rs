@@ -230,3 +230,11 @@ impl IdemProcess {
         let _ = self.child.wait();
     }
 }
+
+/// The sum of every sample of metric `name` (all label sets) in a Prometheus text page.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
