@@ -14,7 +14,7 @@ use super::body::ProxyBody;
 use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
-use super::lease::retry_after_secs;
+use super::lease::{release_orphan, retry_after_secs};
 use super::problem::{self, Problem};
 use super::replay::replay;
 use super::{forward_unprotected, Inner};
@@ -23,7 +23,7 @@ use crate::config::{OnConcurrent, OnFailure, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::metrics::{Outcome, StoreOp};
 use crate::route::Captures;
-use crate::store::{Record, RecordState, Reserve, StoreError, Token};
+use crate::store::{Record, RecordState, Reserve, StoreError};
 
 /// What the pipeline needs to answer and log one protected request.
 pub struct Handled {
@@ -253,46 +253,4 @@ impl Flow<'_> {
         self.store_time += took;
         out
     }
-}
-
-/// Orphan releases pending at once; past this, an orphan just expires with its lease.
-const MAX_PENDING_ORPHANS: usize = 1_000;
-
-/// A reservation whose `SET` timed out (a frozen, partitioned or slow Redis) may still
-/// be applied when the store answers again. Nobody owns it then: the request was refused
-/// and nothing was executed, yet repeats would get 409 `request_in_progress` until the
-/// lease ends. Delete it — owner-checked, so only this request's own reservation — in
-/// the background, until it is gone or would have expired anyway.
-///
-/// A `0` ("not ours / absent") may come before a late `SET` on another connection, so
-/// the release is only trusted after two such answers at least 500 ms apart.
-fn release_orphan(inner: &Arc<Inner>, key: StoreKey, token: Token, lease: Duration) {
-    use std::sync::atomic::Ordering;
-    if inner.orphans.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_ORPHANS {
-        inner.orphans.fetch_sub(1, Ordering::Relaxed);
-        return;
-    }
-    let inner = inner.clone();
-    tokio::spawn(async move {
-        let deadline = Instant::now() + lease;
-        let mut backoff = Duration::from_millis(100);
-        let mut absent_since: Option<Instant> = None;
-        while Instant::now() + backoff < deadline {
-            tokio::time::sleep(backoff).await;
-            match inner.store.release_if_owner(&key, &token).await {
-                Ok(true) => {
-                    tracing::info!(key = %key, "released a reservation applied after its timeout");
-                    break;
-                }
-                Ok(false) => match absent_since {
-                    Some(t) if t.elapsed() >= Duration::from_millis(500) => break,
-                    Some(_) => {}
-                    None => absent_since = Some(Instant::now()),
-                },
-                // Short backoff: the orphan appears the moment the store answers again.
-                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(500)),
-            }
-        }
-        inner.orphans.fetch_sub(1, Ordering::Relaxed);
-    });
 }

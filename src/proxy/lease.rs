@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::Inner;
 use crate::key::StoreKey;
 use crate::metrics::StoreOp;
-use crate::store::{Record, StoredResponse};
+use crate::store::{Record, StoredResponse, Token};
 
 pub struct LeaseHolder {
     inner: Arc<Inner>,
@@ -188,4 +188,46 @@ pub fn retry_after_secs(record: &Record) -> u64 {
     (record.remaining().as_millis() as u64)
         .div_ceil(1000)
         .max(1)
+}
+
+/// Orphan releases pending at once; past this, an orphan just expires with its lease.
+const MAX_PENDING_ORPHANS: usize = 1_000;
+
+/// A reservation whose `SET` timed out (a frozen, partitioned or slow Redis) may still
+/// be applied when the store answers again. Nobody owns it then: the request was refused
+/// and nothing was executed, yet repeats would get 409 `request_in_progress` until the
+/// lease ends. Delete it — owner-checked, so only this request's own reservation — in
+/// the background, until it is gone or would have expired anyway.
+///
+/// A `0` ("not ours / absent") may come before a late `SET` on another connection, so
+/// the release is only trusted after two such answers at least 500 ms apart.
+pub fn release_orphan(inner: &Arc<Inner>, key: StoreKey, token: Token, lease: Duration) {
+    use std::sync::atomic::Ordering;
+    if inner.orphans.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_ORPHANS {
+        inner.orphans.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let deadline = Instant::now() + lease;
+        let mut backoff = Duration::from_millis(100);
+        let mut absent_since: Option<Instant> = None;
+        while Instant::now() + backoff < deadline {
+            tokio::time::sleep(backoff).await;
+            match inner.store.release_if_owner(&key, &token).await {
+                Ok(true) => {
+                    tracing::info!(key = %key, "released a reservation applied after its timeout");
+                    break;
+                }
+                Ok(false) => match absent_since {
+                    Some(t) if t.elapsed() >= Duration::from_millis(500) => break,
+                    Some(_) => {}
+                    None => absent_since = Some(Instant::now()),
+                },
+                // Short backoff: the orphan appears the moment the store answers again.
+                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(500)),
+            }
+        }
+        inner.orphans.fetch_sub(1, Ordering::Relaxed);
+    });
 }
