@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 
 use crate::key::StoreKey;
 use crate::proxy::Proxy;
-use crate::store::{Record, RecordState};
+use crate::store::{Record, RecordState, Store, StoreError};
 
 /// Shared admin state.
 pub struct Admin {
@@ -98,7 +98,16 @@ async fn ready(admin: &Admin) -> AdminResponse {
     if admin.draining.load(Ordering::Relaxed) {
         return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
     }
-    match tokio::time::timeout(admin.store_timeout, admin.proxy.store().ping()).await {
+    // Ready when every worker's store connection answers: a worker whose connection is
+    // still recovering would refuse its requests.
+    let pings = admin.proxy.stores().iter().map(|s| s.ping());
+    let all = async {
+        for result in futures_util::future::join_all(pings).await {
+            result?;
+        }
+        Ok::<(), crate::store::StoreError>(())
+    };
+    match tokio::time::timeout(admin.store_timeout, all).await {
         Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
         Ok(Err(e)) => text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -148,9 +157,9 @@ async fn keys(admin: &Admin, method: &Method, rest: &str, query: Option<&str>) -
     let scope = param("scope").unwrap_or_default();
     let with_body = param("body").is_some_and(|v| v == "true");
     let store_key = StoreKey::new(&route, &scope, &key);
-    let store = admin.proxy.store();
+    let stores = admin.proxy.stores();
     match *method {
-        Method::GET => match store.get(&store_key).await {
+        Method::GET => match any_store(stores, |s| s.get(&store_key)).await {
             Ok(Some(record)) => json_response(StatusCode::OK, &describe(&record, with_body)),
             Ok(None) => json_response(StatusCode::NOT_FOUND, &json!({"error": "no such key"})),
             Err(e) => json_response(
@@ -158,7 +167,7 @@ async fn keys(admin: &Admin, method: &Method, rest: &str, query: Option<&str>) -
                 &json!({"error": e.to_string()}),
             ),
         },
-        Method::DELETE => match store.delete(&store_key).await {
+        Method::DELETE => match any_store(stores, |s| s.delete(&store_key)).await {
             Ok(true) => Response::builder()
                 .status(StatusCode::NO_CONTENT)
                 .body(Full::default())
@@ -171,6 +180,26 @@ async fn keys(admin: &Admin, method: &Method, rest: &str, query: Option<&str>) -
         },
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "use GET or DELETE\n"),
     }
+}
+
+/// Run `op` on the first worker store connection that answers: after a Redis outage
+/// each worker's connection recovers on its own, and an operator's request should not
+/// fail on the one that has not been used yet.
+async fn any_store<'a, T, F>(
+    stores: &'a [Store],
+    op: impl Fn(&'a Store) -> F,
+) -> Result<T, StoreError>
+where
+    F: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut last = StoreError::Unavailable("no store".to_owned());
+    for store in stores {
+        match op(store).await {
+            Ok(value) => return Ok(value),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// The record as the admin API shows it (SPEC §6). The body only when asked for.

@@ -10,10 +10,9 @@ use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
 use crate::config::{Backend, Config, StoreConfig};
-use crate::metrics::Metrics;
 use crate::proxy::Proxy;
-use crate::server;
 use crate::store::{memory::MemoryStore, redis::RedisStore, Store, StoreError};
+use crate::workers;
 
 /// Records the memory store keeps before evicting the soonest-expiring completed one.
 pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
@@ -27,6 +26,8 @@ pub enum StartError {
     },
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error("cannot start the worker threads: {0}")]
+    Workers(std::io::Error),
 }
 
 /// A running idem: its bound addresses and the handles to reload or drain it.
@@ -67,8 +68,17 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             addr: config.admin.listen,
             source,
         })?;
-    let store = build_store(&config.store).await?;
-    let proxy = Proxy::new(config, store, Metrics::new());
+    // The memory store is one map for the whole process; with Redis every worker
+    // connects on its own runtime (see `workers`).
+    let memory = match config.store.backend {
+        Backend::Memory => Some(build_store(&config.store).await?),
+        Backend::Redis => None,
+    };
+    let (stop, stopped) = watch::channel(false);
+    let workers::Started {
+        proxy,
+        done: serving,
+    } = workers::start(listener, config, memory, stopped).await?;
     let admin = Arc::new(Admin {
         proxy: proxy.clone(),
         token: config.admin.token.clone(),
@@ -79,16 +89,6 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             .op_timeout
             .max(std::time::Duration::from_millis(250)),
     });
-    let (stop, stopped) = watch::channel(false);
-    let when_stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let serving = server::serve(
-        listener,
-        proxy.clone(),
-        config.server.clone(),
-        when_stopped(stopped),
-    );
     // The admin listener outlives the drain, so probes see "draining" (not a refused
     // connection) and metrics stay scrapeable until the end.
     let (admin_stop, admin_stopped) = oneshot::channel::<()>();
@@ -100,7 +100,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         drop(admin_stop);
         drained
     });
-    tracing::info!(%addr, %admin_addr, upstream = %config.upstream.url, "idem listening");
+    tracing::info!(
+        %addr,
+        %admin_addr,
+        upstream = %config.upstream.url,
+        workers = config.server.worker_count(),
+        "idem listening"
+    );
     Ok(Running {
         addr,
         admin_addr,

@@ -46,6 +46,9 @@ pub struct ServeArgs {
     /// Admin listen address.
     #[arg(long)]
     pub admin_listen: Option<SocketAddr>,
+    /// Worker threads serving requests: `auto` (one per usable CPU) or a number.
+    #[arg(long)]
+    pub workers: Option<String>,
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
 }

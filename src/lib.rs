@@ -30,3 +30,5 @@ pub mod store;
 pub mod telemetry;
 pub mod template;
 pub mod tls;
+pub mod upstream;
+pub mod workers;

@@ -12,10 +12,15 @@ const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `serve` runs its data plane on worker threads of its own (`crate::workers`); the
+    // main runtime only carries the admin listener, signals and reloads.
+    let runtime = match &cli.command {
+        Command::Serve(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("idem: cannot start the runtime: {e}");
@@ -46,6 +51,10 @@ fn load(args: &ServeArgs) -> Result<Config, String> {
     }
     if let Some(listen) = args.admin_listen {
         config.admin.listen = listen;
+    }
+    if let Some(workers) = &args.workers {
+        config.server.workers =
+            idem::config::parse_workers(workers).map_err(|e| format!("--workers: {e}"))?;
     }
     Ok(config)
 }

@@ -40,16 +40,17 @@ fn builder(cfg: &ServerConfig) -> auto::Builder<TokioExecutor> {
 /// Serve `listener` until `shutdown` resolves, then drain: stop accepting, let open
 /// connections finish their requests, and let detached upstream calls record their
 /// outcome — all bounded by `shutdown_grace`. Returns whether the drain completed.
+/// `permits` bounds the open connections (shared by every worker: `max_connections`).
 pub async fn serve(
     listener: TcpListener,
     proxy: Proxy,
     cfg: ServerConfig,
+    permits: Arc<Semaphore>,
     shutdown: impl Future<Output = ()>,
 ) -> bool {
     let builder = Arc::new(builder(&cfg));
     let graceful = GracefulShutdown::new();
     let (draining, _) = watch::channel(false);
-    let permits = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
         // At the limit, stop accepting: new connections wait in the kernel backlog.

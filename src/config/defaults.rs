@@ -45,6 +45,7 @@ impl Default for ServerConfig {
             max_header_bytes: 64 << 10,
             max_connections: 10_000,
             shutdown_grace: Duration::from_secs(25),
+            workers: None,
         }
     }
 }

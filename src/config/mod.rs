@@ -38,7 +38,7 @@ mod yaml;
 pub use choice::Choice;
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};
-pub use sections::{parse_listen, parse_upstream_url};
+pub use sections::{parse_listen, parse_upstream_url, parse_workers};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 
 use std::net::SocketAddr;
@@ -75,6 +75,18 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// Data-plane threads; `None` is `auto`: one per CPU the process may use.
+    pub workers: Option<usize>,
+}
+
+impl ServerConfig {
+    /// The number of worker threads to run: `workers`, or with `auto` the CPUs this
+    /// process may use (the cgroup CPU quota counts, as in a Kubernetes CPU limit).
+    pub fn worker_count(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
 }
 
 #[derive(Debug, Clone)]

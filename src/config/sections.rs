@@ -97,6 +97,7 @@ pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
             "max_header_bytes",
             "max_connections",
             "shutdown_grace",
+            "workers",
         ],
     );
     let header_read_timeout = w.duration(&f, "header_read_timeout");
@@ -112,7 +113,23 @@ pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
         &mut cfg.shutdown_grace,
         w.duration(&f, "shutdown_grace").map(|a| a.value),
     );
+    if let Some(workers) = w.field(&f, "workers", parse_workers) {
+        cfg.workers = workers.value;
+    }
     cfg
+}
+
+/// `auto` (one per usable CPU) or a whole number from 1 to 256.
+pub fn parse_workers(text: &str) -> Result<Option<usize>, String> {
+    match text.trim() {
+        "auto" => Ok(None),
+        n => match n.parse::<usize>() {
+            Ok(n @ 1..=256) => Ok(Some(n)),
+            _ => Err(format!(
+                "invalid value {text:?}; expected auto or a whole number from 1 to 256"
+            )),
+        },
+    }
 }
 
 pub(crate) fn admin(w: &mut Walker<'_>, node: Option<&Node>) -> AdminConfig {

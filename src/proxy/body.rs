@@ -17,7 +17,7 @@ pub enum ProxyBody {
     /// Replays and problems.
     Full(Full<Bytes>),
     /// An upstream body streamed straight through (passthrough).
-    Stream(hyper::body::Incoming),
+    Stream(crate::upstream::ResponseBody),
     /// Frames from the detached call that owns the upstream exchange.
     Channel(ChannelBody),
 }
@@ -73,7 +73,7 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
 }
 
 /// Stream an upstream body straight through (passthrough).
-pub fn stream(body: hyper::body::Incoming) -> ProxyBody {
+pub fn stream(body: crate::upstream::ResponseBody) -> ProxyBody {
     ProxyBody::Stream(body)
 }
 

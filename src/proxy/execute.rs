@@ -14,7 +14,6 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::sync::{mpsc, oneshot};
 
 use super::body::{BoxError, ChannelBody, ProxyBody, UpstreamBody};
@@ -157,7 +156,7 @@ async fn exchange(
 
 /// Copy upstream frames to the caller one frame behind, keeping a capture.
 async fn pump(
-    mut body: Incoming,
+    mut body: crate::upstream::ResponseBody,
     timeout: Duration,
     capture: &mut Option<Capture>,
     out: &mut Outbound,

@@ -35,13 +35,13 @@ use http_body_util::Either;
 use hyper::body::Incoming;
 use tokio_util::task::TaskTracker;
 
-pub use body::{BoxError, ProxyBody};
+pub use body::{BoxError, ProxyBody, UpstreamBody};
 
 use crate::config::{Config, DefaultAction, OnStoreError, UpstreamConfig};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
 use crate::store::Store;
-use forward::UpstreamClient;
+use crate::upstream::UpstreamClient;
 
 /// The parts of the configuration a reload may swap (SIGHUP).
 pub struct Live {
@@ -53,18 +53,22 @@ pub struct Live {
     pub generation: u64,
 }
 
-/// State shared by every request.
+/// State of one worker's requests. The configuration, metrics and detached-call
+/// tracker are shared by every worker; the store handle and the upstream connections
+/// are the worker's own, so its requests never wait on another thread's I/O driver.
 pub struct Inner {
-    pub live: ArcSwap<Live>,
+    pub live: Arc<ArcSwap<Live>>,
     pub store: Store,
+    /// Every worker's store handle (readiness asks them all).
+    stores: Vec<Store>,
     pub client: UpstreamClient,
     pub upstream: UpstreamConfig,
     pub metrics: Metrics,
     /// Detached upstream calls; shutdown waits for them to record their outcome.
     pub tasks: TaskTracker,
-    generation: AtomicU64,
+    generation: Arc<AtomicU64>,
     /// Background releases of reservations that timed out (see `idempotency`).
-    orphans: AtomicUsize,
+    orphans: Arc<AtomicUsize>,
 }
 
 /// The proxy service: cheap to clone, one per connection.
@@ -78,14 +82,35 @@ impl Proxy {
         metrics.config_generation.set(1);
         Proxy {
             inner: Arc::new(Inner {
-                live: ArcSwap::from_pointee(live(config, 1, &metrics)),
+                live: Arc::new(ArcSwap::from_pointee(live(config, 1, &metrics))),
+                stores: vec![store.clone()],
                 store,
-                client: forward::client(&config.upstream),
+                client: UpstreamClient::new(&config.upstream),
                 upstream: config.upstream.clone(),
                 metrics,
                 tasks: TaskTracker::new(),
-                generation: AtomicU64::new(1),
-                orphans: AtomicUsize::new(0),
+                generation: Arc::new(AtomicU64::new(1)),
+                orphans: Arc::new(AtomicUsize::new(0)),
+            }),
+        }
+    }
+
+    /// The proxy for one worker thread: the same routes, metrics and drain, with
+    /// `store` (a handle made on that worker's runtime) and upstream connections of its
+    /// own. Call it on the worker's runtime.
+    pub fn for_worker(&self, store: Store) -> Proxy {
+        let inner = &self.inner;
+        Proxy {
+            inner: Arc::new(Inner {
+                live: inner.live.clone(),
+                stores: vec![store.clone()],
+                store,
+                client: inner.client.fresh(),
+                upstream: inner.upstream.clone(),
+                metrics: inner.metrics.clone(),
+                tasks: inner.tasks.clone(),
+                generation: inner.generation.clone(),
+                orphans: inner.orphans.clone(),
             }),
         }
     }
@@ -106,6 +131,19 @@ impl Proxy {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Record every worker's store handle, for readiness (before the proxy is shared).
+    pub fn with_stores(mut self, stores: Vec<Store>) -> Proxy {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.stores = stores;
+        }
+        self
+    }
+
+    /// The store handles of every worker (one, the same map, for the memory store).
+    pub fn stores(&self) -> &[Store] {
+        &self.inner.stores
     }
 
     pub fn metrics(&self) -> &Metrics {

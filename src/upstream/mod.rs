@@ -1,0 +1,133 @@
+//! The upstream client: HTTP/1.1 (plain, or TLS verified against the system's trust
+//! store) over pooled keep-alive connections that are driven inline by the task using
+//! them ([`conn`]), not by a task per connection.
+//!
+//! A request on a pooled connection that the upstream closed while it sat idle fails
+//! *before* anything is written; hyper hands such a request back and it is sent again on
+//! another connection. Anything that failed after writing began is never resent here:
+//! whether that is safe is the caller's decision (the pipeline's ambiguous outcome).
+
+mod body;
+mod conn;
+mod pool;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tower_service::Service;
+
+pub use body::ResponseBody;
+use conn::{Conn, SendFailure};
+use pool::Pool;
+
+use crate::config::UpstreamConfig;
+use crate::proxy::{BoxError, UpstreamBody};
+
+/// Idle keep-alive connections kept open to the upstream, at most.
+const MAX_IDLE: usize = 1024;
+/// An idle connection unused this long is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why an upstream request got no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Nothing was sent: the connection could not be made (refused, connect timeout, TLS
+    /// handshake) or closed before the request was written.
+    #[error("upstream connection failed: {0}")]
+    Connect(BoxError),
+    /// The request was sent (or partly sent) and then the exchange failed.
+    #[error("upstream error: {0}")]
+    Failed(hyper::Error),
+}
+
+impl UpstreamError {
+    /// Whether the upstream certainly did not receive the request.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, UpstreamError::Connect(_))
+    }
+}
+
+#[derive(Clone)]
+pub struct UpstreamClient {
+    connector: HttpsConnector<HttpConnector>,
+    /// Where connections go: the configured upstream, never the request's URI.
+    target: Uri,
+    pool: Arc<Pool>,
+}
+
+impl UpstreamClient {
+    pub fn new(cfg: &UpstreamConfig) -> UpstreamClient {
+        crate::tls::install_crypto_provider();
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(cfg.connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(crate::tls::client_config())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        UpstreamClient {
+            connector,
+            target: cfg.url.clone(),
+            pool: Pool::new(MAX_IDLE, IDLE_TIMEOUT),
+        }
+    }
+
+    /// A client to the same upstream with a pool of its own (one per worker thread: a
+    /// connection is served by the I/O driver of the runtime that opened it).
+    pub fn fresh(&self) -> UpstreamClient {
+        UpstreamClient {
+            connector: self.connector.clone(),
+            target: self.target.clone(),
+            pool: Pool::new(MAX_IDLE, IDLE_TIMEOUT),
+        }
+    }
+
+    /// Send `request` (origin-form URI, `Host` set) and return the response head; its
+    /// body drives the connection and returns it to the pool when read to the end.
+    pub async fn request(
+        &self,
+        mut request: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        loop {
+            let (mut conn, pooled) = match self.pool.checkout().await {
+                Some(conn) => (conn, true),
+                None => (self.connect().await?, false),
+            };
+            match conn.send(request).await {
+                Ok(response) => {
+                    let pool = self.pool.clone();
+                    return Ok(response.map(|body| ResponseBody::new(body, conn, pool)));
+                }
+                // The upstream closed an idle connection under us: try another one.
+                Err(SendFailure::NotSent(again, _)) if pooled => request = again,
+                Err(SendFailure::NotSent(_, e)) => return Err(UpstreamError::Connect(e.into())),
+                Err(SendFailure::Failed(e)) => return Err(UpstreamError::Failed(e)),
+                Err(SendFailure::Closed) => {
+                    return Err(UpstreamError::Connect("upstream connection closed".into()))
+                }
+            }
+        }
+    }
+
+    /// Idle connections in the pool (for tests and diagnostics).
+    pub fn idle_connections(&self) -> usize {
+        self.pool.idle_count()
+    }
+
+    async fn connect(&self) -> Result<Conn, UpstreamError> {
+        let io = self
+            .connector
+            .clone()
+            .call(self.target.clone())
+            .await
+            .map_err(UpstreamError::Connect)?;
+        Conn::handshake(io)
+            .await
+            .map_err(|e| UpstreamError::Connect(e.into()))
+    }
+}

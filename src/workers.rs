@@ -1,0 +1,145 @@
+//! The data plane: `server.workers` threads, each running a single-threaded tokio
+//! runtime that accepts from the shared listener and owns everything its connections
+//! need — the connection tasks, the detached upstream calls, the upstream connection
+//! pool and, with Redis, its own store connection.
+//!
+//! Why not one multi-threaded runtime: a proxied request is a relay of small I/O events
+//! between the caller, the upstream and Redis, and on a work-stealing runtime each of
+//! them can wake a task on another core. Thread per core, as nginx and pingora's
+//! no-steal mode do, keeps an exchange on one thread from accept to the last byte
+//! (docs/benchmarks.md has the A/B). Connections are spread by the listener itself:
+//! every worker accepts, and a busy one gets to `accept` less often.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch, Semaphore};
+
+use crate::app::{build_store, StartError};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::server;
+use crate::store::Store;
+
+/// Started workers: the proxy shared by the control plane (admin, reload), and a
+/// future that resolves when every worker has drained (`true` when all drains
+/// finished within `shutdown_grace`).
+pub struct Started<F> {
+    pub proxy: Proxy,
+    pub done: F,
+}
+
+/// Start the workers. `memory` is the process-wide memory store when that is the
+/// backend; otherwise each worker connects to Redis on its own runtime. `stop` going to
+/// `true` (or its sender being dropped) starts the drain.
+pub async fn start(
+    listener: TcpListener,
+    config: &Config,
+    memory: Option<Store>,
+    stop: watch::Receiver<bool>,
+) -> Result<Started<impl Future<Output = bool>>, StartError> {
+    let listener = listener.into_std().map_err(StartError::Workers)?;
+    // `max_connections` holds for the whole proxy, not per worker.
+    let permits = Arc::new(Semaphore::new(config.server.max_connections.max(1)));
+    let mut stores = Vec::new();
+    let mut handoffs = Vec::new();
+    let mut finished = Vec::new();
+    for n in 0..config.server.worker_count() {
+        let listener = listener.try_clone().map_err(StartError::Workers)?;
+        let (store_tx, store_rx) = oneshot::channel();
+        let (proxy_tx, proxy_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let worker = Worker {
+            config: config.clone(),
+            memory: memory.clone(),
+            permits: permits.clone(),
+            stop: stop.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("idem-worker-{n}"))
+            .spawn(move || {
+                let drained = worker.run(listener, store_tx, proxy_rx);
+                let _ = done_tx.send(drained);
+            })
+            .map_err(StartError::Workers)?;
+        // A worker that cannot start (runtime, store) fails the start; the workers
+        // already started then stop, as their proxies never arrive.
+        let store = match store_rx.await {
+            Ok(result) => result?,
+            Err(_) => return Err(StartError::Workers(std::io::Error::other("worker died"))),
+        };
+        stores.push(store);
+        handoffs.push(proxy_tx);
+        finished.push(done_rx);
+    }
+    let proxy = Proxy::new(config, stores[0].clone(), Metrics::new()).with_stores(stores.clone());
+    for (handoff, store) in handoffs.into_iter().zip(stores) {
+        let _ = handoff.send(proxy.for_worker(store));
+    }
+    let done = async move {
+        let mut all = true;
+        for done in finished {
+            all &= done.await.unwrap_or(false);
+        }
+        all
+    };
+    Ok(Started { proxy, done })
+}
+
+struct Worker {
+    config: Config,
+    memory: Option<Store>,
+    permits: Arc<Semaphore>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Worker {
+    /// The worker thread's life: build its runtime and store, hand the store over,
+    /// receive its proxy, serve until drained.
+    fn run(
+        self,
+        listener: std::net::TcpListener,
+        store_tx: oneshot::Sender<Result<Store, StartError>>,
+        proxy_rx: oneshot::Receiver<Proxy>,
+    ) -> bool {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let _ = store_tx.send(Err(StartError::Workers(e)));
+                return false;
+            }
+        };
+        runtime.block_on(async move {
+            let listener = match TcpListener::from_std(listener) {
+                Ok(listener) => listener,
+                Err(e) => {
+                    let _ = store_tx.send(Err(StartError::Workers(e)));
+                    return false;
+                }
+            };
+            let store = match &self.memory {
+                Some(shared) => Ok(shared.clone()),
+                None => build_store(&self.config.store).await.map_err(Into::into),
+            };
+            let failed = store.is_err();
+            let _ = store_tx.send(store);
+            let Ok(proxy) = proxy_rx.await else {
+                return false;
+            };
+            if failed {
+                return false;
+            }
+            let mut stop = self.stop;
+            let stopped = async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            };
+            let server = self.config.server.clone();
+            server::serve(listener, proxy, server, self.permits, stopped).await
+        })
+    }
+}
