@@ -99,13 +99,19 @@ async fn ready(admin: &Admin) -> AdminResponse {
         return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
     }
     // Ready when every worker's store connection answers: a worker whose connection is
-    // still recovering would refuse its requests.
-    let pings = admin.proxy.stores().iter().map(|s| s.ping());
+    // still recovering would refuse its requests. A failed PING makes that connection
+    // reconnect, so each is asked again until the probe's budget runs out.
+    let budget = admin.store_timeout.mul_f32(0.8);
+    let pings = admin
+        .proxy
+        .stores()
+        .iter()
+        .map(|store| ping_until_answered(store, budget));
     let all = async {
         for result in futures_util::future::join_all(pings).await {
             result?;
         }
-        Ok::<(), crate::store::StoreError>(())
+        Ok::<(), StoreError>(())
     };
     match tokio::time::timeout(admin.store_timeout, all).await {
         Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
@@ -179,6 +185,22 @@ async fn keys(admin: &Admin, method: &Method, rest: &str, query: Option<&str>) -
             ),
         },
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "use GET or DELETE\n"),
+    }
+}
+
+/// PING until it answers or `budget` is spent (then the last error).
+async fn ping_until_answered(store: &Store, budget: Duration) -> Result<(), StoreError> {
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        let error = match store.ping().await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let again = tokio::time::Instant::now() + Duration::from_millis(25);
+        if again >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep_until(again).await;
     }
 }
 

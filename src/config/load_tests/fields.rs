@@ -237,3 +237,28 @@ fn token_soup_never_panics() {
         let _ = load(&doc);
     }
 }
+
+#[test]
+fn workers_are_auto_or_a_count() {
+    let auto = ok(MINIMAL);
+    assert_eq!(auto.server.workers, None);
+    assert!(auto.server.worker_count() >= 1);
+    let four = ok(&format!("{MINIMAL}server:\n  workers: 4\n"));
+    assert_eq!(
+        (four.server.workers, four.server.worker_count()),
+        (Some(4), 4)
+    );
+    assert_eq!(
+        ok(&format!("{MINIMAL}server:\n  workers: auto\n"))
+            .server
+            .workers,
+        None
+    );
+    for bad in ["0", "257", "two", "-1"] {
+        let e = errors(&format!("{MINIMAL}server:\n  workers: {bad}\n"));
+        assert!(
+            e.len() == 1 && e[0].contains("server.workers: invalid value"),
+            "{bad}: {e:?}"
+        );
+    }
+}
