@@ -1,5 +1,5 @@
 //! The data plane: `server.workers` threads, each running a single-threaded tokio
-//! runtime that accepts from the shared listener and owns everything its connections
+//! runtime that serves the connections the acceptor hands it and owns everything they
 //! need — the connection tasks, the detached upstream calls, the upstream connection
 //! pool and, with Redis, its own store connection.
 //!
@@ -7,8 +7,8 @@
 //! between the caller, the upstream and Redis, and on a work-stealing runtime each of
 //! them can wake a task on another core. Thread per core, as nginx and pingora's
 //! no-steal mode do, keeps an exchange on one thread from accept to the last byte
-//! (docs/benchmarks.md has the A/B). Connections are spread by the listener itself:
-//! every worker accepts, and a busy one gets to `accept` less often.
+//! (docs/benchmarks.md has the A/B). One acceptor spreads connections over the workers
+//! by their open connection counts (`server::accept`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,27 +40,24 @@ pub async fn start(
     memory: Option<Store>,
     stop: watch::Receiver<bool>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
-    let listener = listener.into_std().map_err(StartError::Workers)?;
-    // `max_connections` holds for the whole proxy, not per worker.
-    let permits = Arc::new(Semaphore::new(config.server.max_connections.max(1)));
+    let mut queues = Vec::new();
     let mut stores = Vec::new();
     let mut handoffs = Vec::new();
     let mut finished = Vec::new();
     for n in 0..config.server.worker_count() {
-        let listener = listener.try_clone().map_err(StartError::Workers)?;
+        let (queue, incoming) = server::worker_queue();
         let (store_tx, store_rx) = oneshot::channel();
         let (proxy_tx, proxy_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let worker = Worker {
             config: config.clone(),
             memory: memory.clone(),
-            permits: permits.clone(),
             stop: stop.clone(),
         };
         std::thread::Builder::new()
             .name(format!("idem-worker-{n}"))
             .spawn(move || {
-                let drained = worker.run(listener, store_tx, proxy_rx);
+                let drained = worker.run(incoming, store_tx, proxy_rx);
                 let _ = done_tx.send(drained);
             })
             .map_err(StartError::Workers)?;
@@ -71,6 +68,7 @@ pub async fn start(
             Err(_) => return Err(StartError::Workers(std::io::Error::other("worker died"))),
         };
         stores.push(store);
+        queues.push(queue);
         handoffs.push(proxy_tx);
         finished.push(done_rx);
     }
@@ -78,6 +76,12 @@ pub async fn start(
     for (handoff, store) in handoffs.into_iter().zip(stores) {
         let _ = handoff.send(proxy.for_worker(store));
     }
+    // `max_connections` holds for the whole proxy, not per worker.
+    let permits = Arc::new(Semaphore::new(config.server.max_connections.max(1)));
+    let mut stop_accepting = stop;
+    tokio::spawn(server::accept(listener, queues, permits, async move {
+        let _ = stop_accepting.wait_for(|stop| *stop).await;
+    }));
     let done = async move {
         let mut all = true;
         for done in finished {
@@ -91,7 +95,6 @@ pub async fn start(
 struct Worker {
     config: Config,
     memory: Option<Store>,
-    permits: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
 }
 
@@ -100,7 +103,7 @@ impl Worker {
     /// receive its proxy, serve until drained.
     fn run(
         self,
-        listener: std::net::TcpListener,
+        incoming: server::Incoming,
         store_tx: oneshot::Sender<Result<Store, StartError>>,
         proxy_rx: oneshot::Receiver<Proxy>,
     ) -> bool {
@@ -115,13 +118,6 @@ impl Worker {
             }
         };
         runtime.block_on(async move {
-            let listener = match TcpListener::from_std(listener) {
-                Ok(listener) => listener,
-                Err(e) => {
-                    let _ = store_tx.send(Err(StartError::Workers(e)));
-                    return false;
-                }
-            };
             let store = match &self.memory {
                 Some(shared) => Ok(shared.clone()),
                 None => build_store(&self.config.store).await.map_err(Into::into),
@@ -139,7 +135,7 @@ impl Worker {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
             let server = self.config.server.clone();
-            server::serve(listener, proxy, server, self.permits, stopped).await
+            server::serve(incoming, proxy, server, stopped).await
         })
     }
 }

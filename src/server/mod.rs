@@ -1,0 +1,117 @@
+//! The proxy listener: one acceptor that hands connections to the workers
+//! ([`accept`]), and each worker's connections: HTTP/1.1 + h2c, slow-client protection
+//! ([`prefixed`]) and graceful drain.
+
+mod accept;
+mod prefixed;
+
+pub use accept::{accept, worker_queue, Incoming, WorkerQueue};
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::watch;
+
+use prefixed::{first_bytes, Prefixed};
+
+use crate::config::ServerConfig;
+use crate::proxy::Proxy;
+
+/// Build the connection builder from the server settings.
+fn builder(cfg: &ServerConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Slow clients that trickle their headers are cut off.
+        .header_read_timeout(cfg.header_read_timeout)
+        // hyper answers 431 when the head does not fit.
+        .max_buf_size(cfg.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// Serve the connections the acceptor hands this worker until `shutdown` resolves (or
+/// the acceptor is gone), then drain: let open connections finish their requests, and
+/// let detached upstream calls record their outcome — all bounded by `shutdown_grace`.
+/// Returns whether the drain completed.
+pub async fn serve(
+    mut incoming: Incoming,
+    proxy: Proxy,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> bool {
+    let builder = Arc::new(builder(&cfg));
+    let graceful = GracefulShutdown::new();
+    let (draining, _) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let mut accepted = tokio::select! {
+            accepted = incoming.next() => match accepted {
+                Some(accepted) => accepted,
+                None => break,
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(mut stream) = accepted.stream() else {
+            continue;
+        };
+        let remote = accepted.remote;
+        let proxy = proxy.clone();
+        let service = service_fn(move |req| {
+            let proxy = proxy.clone();
+            async move { Ok::<_, Infallible>(proxy.handle(req, Some(remote)).await) }
+        });
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let mut drain = draining.subscribe();
+        let header_read_timeout = cfg.header_read_timeout;
+        tokio::spawn(async move {
+            // The first bytes are read here, bounded by `header_read_timeout`: the
+            // HTTP/1-or-2 detection of hyper-util's auto builder has no timeout of its
+            // own, so a client that connects and sends nothing would hold its
+            // connection (and a `max_connections` slot) forever.
+            let first = tokio::select! {
+                first = first_bytes(&mut stream, header_read_timeout) => first,
+                _ = drain.wait_for(|d| *d) => None,
+            };
+            let Some(first) = first else {
+                tracing::debug!(%remote, "no request bytes within header_read_timeout; closed");
+                drop(accepted);
+                return;
+            };
+            let io = TokioIo::new(Prefixed::new(first, stream));
+            let conn = builder.serve_connection(io, service).into_owned();
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(error = %e, %remote, "connection ended with an error");
+            }
+            // Frees the `max_connections` slot and the worker's connection count.
+            drop(accepted);
+        });
+    }
+    drop(incoming);
+    let _ = draining.send(true);
+    tracing::info!(grace = ?cfg.shutdown_grace, "draining");
+    let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
+    let connections = tokio::time::timeout_at(deadline, graceful.shutdown())
+        .await
+        .is_ok();
+    proxy.tasks().close();
+    let calls = tokio::time::timeout_at(deadline, proxy.tasks().wait())
+        .await
+        .is_ok();
+    if !calls {
+        tracing::warn!(
+            "shutdown grace ended with upstream calls still running; their leases stay and expire"
+        );
+    }
+    connections && calls
+}
