@@ -10,6 +10,12 @@ use idem::signal::{Signal, Signals};
 
 const EX_USAGE: u8 = 64;
 
+/// mimalloc instead of glibc's malloc: a proxied request allocates and frees many small
+/// buffers across threads, where glibc spent ~12 % of idem's CPU on fresh intents
+/// (perf; docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // `serve` runs its data plane on worker threads of its own (`crate::workers`); the
