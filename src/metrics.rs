@@ -63,6 +63,11 @@ pub struct StoreLabels {
     pub op: StoreOp,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub worker: String,
+}
+
 /// Every metric idem exports; cheap to clone (all handles are `Arc`s inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -73,6 +78,8 @@ pub struct Metrics {
     pub lease_renewals: Counter,
     pub stale_completions: Counter,
     pub config_generation: Gauge,
+    /// Open client connections per worker thread (also what the acceptor balances on).
+    pub connections: Family<WorkerLabels, Gauge>,
     registry: std::sync::Arc<Registry>,
 }
 
@@ -87,6 +94,7 @@ impl Metrics {
         let lease_renewals = Counter::default();
         let stale_completions = Counter::default();
         let config_generation = Gauge::default();
+        let connections = Family::<WorkerLabels, Gauge>::default();
 
         let mut registry = Registry::with_prefix("idem");
         registry.register(
@@ -103,6 +111,11 @@ impl Metrics {
             "store_duration_seconds",
             "Idempotency store round trips by operation",
             store_duration.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open client connections by worker thread",
+            connections.clone(),
         );
         registry.register(
             "inflight",
@@ -132,6 +145,7 @@ impl Metrics {
             lease_renewals,
             stale_completions,
             config_generation,
+            connections,
             registry: std::sync::Arc::new(registry),
         }
     }

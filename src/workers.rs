@@ -18,7 +18,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::app::{build_store, StartError};
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, WorkerLabels};
 use crate::proxy::Proxy;
 use crate::server;
 use crate::store::Store;
@@ -40,12 +40,16 @@ pub async fn start(
     memory: Option<Store>,
     stop: watch::Receiver<bool>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
+    let metrics = Metrics::new();
     let mut queues = Vec::new();
     let mut stores = Vec::new();
     let mut handoffs = Vec::new();
     let mut finished = Vec::new();
     for n in 0..config.server.worker_count() {
-        let (queue, incoming) = server::worker_queue();
+        let open = metrics.connections.get_or_create(&WorkerLabels {
+            worker: n.to_string(),
+        });
+        let (queue, incoming) = server::worker_queue(open.clone());
         let (store_tx, store_rx) = oneshot::channel();
         let (proxy_tx, proxy_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
@@ -72,7 +76,7 @@ pub async fn start(
         handoffs.push(proxy_tx);
         finished.push(done_rx);
     }
-    let proxy = Proxy::new(config, stores[0].clone(), Metrics::new()).with_stores(stores.clone());
+    let proxy = Proxy::new(config, stores[0].clone(), metrics).with_stores(stores.clone());
     for (handoff, store) in handoffs.into_iter().zip(stores) {
         let _ = handoff.send(proxy.for_worker(store));
     }

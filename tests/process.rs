@@ -43,7 +43,7 @@ async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
     let port = support::harness::free_port();
     let admin = support::harness::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["serve", "--upstream", &env.upstream.url()])
+        .args(["serve", "--upstream", &env.upstream.url(), "--workers", "3"])
         .args([
             "--listen",
             &format!("127.0.0.1:{port}"),
@@ -75,6 +75,23 @@ async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
     assert_eq!(env.upstream.total_executions(), 3);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn a_bad_workers_flag_is_a_usage_error() {
+    let out = idem(&[
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--workers",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        errors.contains("--workers: invalid value \"0\"; expected auto or a whole number"),
+        "{errors}"
+    );
 }
 
 fn routes(env: &Env, extra_route: &str) -> String {

@@ -7,10 +7,10 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -20,7 +20,8 @@ pub struct Accepted {
     stream: Option<std::net::TcpStream>,
     pub remote: SocketAddr,
     _permit: OwnedSemaphorePermit,
-    open: Arc<AtomicUsize>,
+    /// The open-connections gauge of the worker it is counted against.
+    open: Gauge,
 }
 
 impl Accepted {
@@ -36,23 +37,23 @@ impl Accepted {
 
 impl Accepted {
     /// Count this connection against `open` (and no longer against the previous one).
-    fn assign(&mut self, open: &Arc<AtomicUsize>) {
-        open.fetch_add(1, Ordering::Relaxed);
+    fn assign(&mut self, open: &Gauge) {
+        open.inc();
         let previous = std::mem::replace(&mut self.open, open.clone());
-        previous.fetch_sub(1, Ordering::Relaxed);
+        previous.dec();
     }
 }
 
 impl Drop for Accepted {
     fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.open.dec();
     }
 }
 
 /// The acceptor's end of a worker's queue.
 pub struct WorkerQueue {
     tx: mpsc::UnboundedSender<Accepted>,
-    open: Arc<AtomicUsize>,
+    open: Gauge,
 }
 
 /// The worker's end: connections to serve; `None` once the acceptor has stopped.
@@ -66,9 +67,9 @@ impl Incoming {
     }
 }
 
-pub fn worker_queue() -> (WorkerQueue, Incoming) {
+/// A worker's queue; `open` counts its open connections (`idem_connections{worker}`).
+pub fn worker_queue(open: Gauge) -> (WorkerQueue, Incoming) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let open = Arc::new(AtomicUsize::new(0));
     (WorkerQueue { tx, open }, Incoming { rx })
 }
 
@@ -108,8 +109,12 @@ pub async fn accept(
             stream: Some(stream),
             remote,
             _permit: permit,
-            // Not a worker's yet: a counter of its own until `assign`.
-            open: Arc::new(AtomicUsize::new(1)),
+            // Not a worker's yet: a gauge of its own until `assign`.
+            open: {
+                let own = Gauge::default();
+                own.inc();
+                own
+            },
         };
         // Fewest open connections first; ties go round the workers in turn.
         turn = turn.wrapping_add(1);
@@ -117,7 +122,7 @@ pub async fn accept(
             let n = workers.len();
             let pick = (0..n)
                 .map(|i| (turn + i) % n)
-                .min_by_key(|&i| workers[i].open.load(Ordering::Relaxed))
+                .min_by_key(|&i| workers[i].open.get())
                 .unwrap_or(0);
             let worker = &workers[pick];
             accepted.assign(&worker.open);

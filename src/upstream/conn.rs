@@ -36,7 +36,7 @@ pub struct Conn {
 pub enum SendFailure {
     /// The connection closed before the request was written: nothing reached the
     /// upstream, and the request is handed back for another connection.
-    NotSent(Request<UpstreamBody>, hyper::Error),
+    NotSent(Box<Request<UpstreamBody>>, hyper::Error),
     /// The request was (or may have been) written, then the exchange failed.
     Failed(hyper::Error),
     /// The connection ended without a word about the request.
@@ -89,7 +89,7 @@ impl Conn {
             let alive = self.drive(cx);
             if let Poll::Ready(result) = response.as_mut().poll(cx) {
                 return Poll::Ready(result.map_err(|mut e| match e.take_message() {
-                    Some(request) => SendFailure::NotSent(request, e.into_error()),
+                    Some(request) => SendFailure::NotSent(Box::new(request), e.into_error()),
                     None => SendFailure::Failed(e.into_error()),
                 }));
             }

@@ -104,7 +104,7 @@ impl UpstreamClient {
                     return Ok(response.map(|body| ResponseBody::new(body, conn, pool)));
                 }
                 // The upstream closed an idle connection under us: try another one.
-                Err(SendFailure::NotSent(again, _)) if pooled => request = again,
+                Err(SendFailure::NotSent(again, _)) if pooled => request = *again,
                 Err(SendFailure::NotSent(_, e)) => return Err(UpstreamError::Connect(e.into())),
                 Err(SendFailure::Failed(e)) => return Err(UpstreamError::Failed(e)),
                 Err(SendFailure::Closed) => {

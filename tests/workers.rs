@@ -1,0 +1,100 @@
+//! The data plane's worker threads: connections are spread evenly over them, a
+//! request's duplicates on different workers still execute once (memory and Redis),
+//! and the open-connections gauge follows connections as they close.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use support::env::{Backend, Env};
+use support::harness::{admin_url, post, send, url};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CHARGE: &str = r#"
+server:
+  workers: 3
+routes:
+  - name: charge
+    path: /invoices/{invoice_id}/charge
+    key: "charge:{path.invoice_id}"
+"#;
+
+async fn worker_connections(running: &idem::app::Running) -> Vec<f64> {
+    let text = send("GET", &admin_url(running, "/metrics"), &[], "")
+        .await
+        .text();
+    (0..3)
+        .map(|n| {
+            support::harness::metric_sum(&text, &format!("idem_connections{{worker=\"{n}\"}}"))
+        })
+        .collect()
+}
+
+/// A keep-alive connection that has had one passthrough request answered.
+async fn open_connection(addr: std::net::SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 "), "{:?}", &buf[..n]);
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_spread_evenly_and_counted_until_they_close() {
+    let env = Env::new(Backend::Memory).await;
+    let idem = env.idem(CHARGE).await;
+    let mut open = Vec::new();
+    for _ in 0..9 {
+        open.push(open_connection(idem.addr).await);
+    }
+    assert_eq!(worker_connections(&idem).await, [3.0, 3.0, 3.0]);
+    drop(open);
+    // (The metrics requests go to the admin listener, which is not counted.)
+    for _ in 0..100 {
+        let counts = worker_connections(&idem).await;
+        if counts == [0.0, 0.0, 0.0] {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "closed connections still counted: {:?}",
+        worker_connections(&idem).await
+    );
+}
+
+async fn duplicates_on_every_worker_execute_once(backend: Backend) {
+    let env = Env::new(backend).await;
+    let idem = env.idem(CHARGE).await;
+    // Each request on a connection of its own: the acceptor spreads them over the
+    // three workers, so the duplicates race through different threads.
+    let u = url(&idem, "/invoices/inv_7/charge");
+    let answers = join_all((0..30).map(|_| post(&u, &[], r#"{"amount":5}"#))).await;
+    assert_eq!(env.upstream.executions("charge:inv_7"), 1);
+    let forwarded = answers
+        .iter()
+        .filter(|r| r.status == 201 && !r.replayed())
+        .count();
+    assert_eq!(forwarded, 1, "one winner");
+    for r in &answers {
+        assert!(
+            r.status == 201 || r.status == 409,
+            "{}: {}",
+            r.status,
+            r.text()
+        );
+    }
+    // Afterwards every worker replays it.
+    for _ in 0..6 {
+        assert!(post(&u, &[], r#"{"amount":5}"#).await.replayed());
+    }
+    assert_eq!(env.upstream.executions("charge:inv_7"), 1);
+}
+
+both_stores!(duplicates_on_every_worker_execute_once);
