@@ -143,13 +143,19 @@ async fn eventually(what: &str, check: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn sequential_requests_share_one_keep_alive_connection() {
-    let up = upstream(Script::KeepAlive("hello")).await;
+    sequential(Script::KeepAlive("hello"), "hello", 20, (1, 1)).await;
+}
+
+/// `n` requests one after the other: each answered `body`, and then `(connections the
+/// upstream accepted, connections idle in the pool)`.
+async fn sequential(script: Script, body: &str, n: usize, expected: (usize, usize)) {
+    let up = upstream(script).await;
     let client = client(up.addr);
-    for _ in 0..20 {
-        assert_eq!(body_text(&client, "{}").await, "hello");
+    for _ in 0..n {
+        assert_eq!(body_text(&client, "{}").await, body);
     }
-    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
-    assert_eq!(client.idle_connections(), 1);
+    let accepted = up.accepted.load(Ordering::SeqCst);
+    assert_eq!((accepted, client.idle_connections()), expected);
 }
 
 #[tokio::test]
@@ -187,13 +193,7 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_used_again() {
 
 #[tokio::test]
 async fn connection_close_responses_are_not_pooled() {
-    let up = upstream(Script::ConnectionClose).await;
-    let client = client(up.addr);
-    for _ in 0..3 {
-        assert_eq!(body_text(&client, "{}").await, "ok");
-    }
-    assert_eq!(up.accepted.load(Ordering::SeqCst), 3);
-    assert_eq!(client.idle_connections(), 0);
+    sequential(Script::ConnectionClose, "ok", 3, (3, 0)).await;
 }
 
 #[tokio::test]
