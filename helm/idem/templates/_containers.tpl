@@ -13,6 +13,8 @@
     - /etc/idem/idem.yaml
     - --log-format
     - {{ .Values.idem.logFormat }}
+    - --workers
+    - {{ .Values.idem.workers | quote }}
   env:
     - name: RUST_LOG
       value: {{ .Values.idem.logLevel | quote }}
