@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--a-workers", type=int, default=0,
-                    help="TOKIO_WORKER_THREADS for build A (0: its default)")
+                    help="idem --workers for build A (0: its default)")
     ap.add_argument("--b-workers", type=int, default=0, help="the same for build B")
     ap.add_argument("--replay-keys", type=int, default=100)
     args = ap.parse_args()

@@ -193,11 +193,10 @@ class Idem:
                 "    key: \"{header.idempotency-key}\"\n"
             )
         env = {"RUST_LOG": log_level}
+        argv = [bins["idem"], "serve", "--config", config]
         if workers:
-            env["TOKIO_WORKER_THREADS"] = str(workers)
-        self.proc = Proc(
-            "idem", [bins["idem"], "serve", "--config", config], workdir, env=env,
-        )
+            argv += ["--workers", str(workers)]
+        self.proc = Proc("idem", argv, workdir, env=env)
         wait_port(self.port)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -720,7 +719,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--upstream-threads", type=int, default=2)
     ap.add_argument("--idem-workers", type=int, default=0,
-                    help="TOKIO_WORKER_THREADS for idem (0: its default, one per core)")
+                    help="idem --workers (0: its default, server.workers: auto)")
     ap.add_argument("--soak", type=int, default=60, help="seconds at 256 connections (0: skip)")
     ap.add_argument("--replay-keys", type=int, default=100)
     ap.add_argument("--only", default="", help="comma-separated scenario names")
