@@ -25,8 +25,8 @@ mod request_id;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 pub use body::{BoxError, ProxyBody, UpstreamBody};
 
-use crate::config::{Config, DefaultAction, OnStoreError, UpstreamConfig};
+use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy, UpstreamConfig};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
 use crate::store::Store;
@@ -66,9 +66,19 @@ pub struct Inner {
     pub metrics: Metrics,
     /// Detached upstream calls; shutdown waits for them to record their outcome.
     pub tasks: TaskTracker,
-    generation: Arc<AtomicU64>,
+    /// Every worker's copy of the configuration, for reloads.
+    lives: Arc<Mutex<Lives>>,
     /// Background releases of reservations that timed out (see `idempotency`).
     orphans: Arc<AtomicUsize>,
+}
+
+/// Each worker reads a copy of the live configuration of its own (its own `Arc`s down to
+/// the route policies): the reference counts a request bumps are then only ever
+/// touched by one core. A reload rebuilds every copy from the new configuration.
+struct Lives {
+    config: Config,
+    generation: u64,
+    copies: Vec<Arc<ArcSwap<Live>>>,
 }
 
 /// The proxy service: cheap to clone, one per connection.
@@ -80,16 +90,22 @@ pub struct Proxy {
 impl Proxy {
     pub fn new(config: &Config, store: Store, metrics: Metrics) -> Proxy {
         metrics.config_generation.set(1);
+        let copy = Arc::new(ArcSwap::from_pointee(live(config, 1, &metrics)));
+        let lives = Lives {
+            config: config.clone(),
+            generation: 1,
+            copies: vec![copy.clone()],
+        };
         Proxy {
             inner: Arc::new(Inner {
-                live: Arc::new(ArcSwap::from_pointee(live(config, 1, &metrics))),
+                live: copy,
                 stores: vec![store.clone()],
                 store,
                 client: UpstreamClient::new(&config.upstream),
                 upstream: config.upstream.clone(),
                 metrics,
                 tasks: TaskTracker::new(),
-                generation: Arc::new(AtomicU64::new(1)),
+                lives: Arc::new(Mutex::new(lives)),
                 orphans: Arc::new(AtomicUsize::new(0)),
             }),
         }
@@ -100,16 +116,23 @@ impl Proxy {
     /// own. Call it on the worker's runtime.
     pub fn for_worker(&self, store: Store) -> Proxy {
         let inner = &self.inner;
+        let copy = {
+            let mut lives = lock(&inner.lives);
+            let live = live(&lives.config, lives.generation, &inner.metrics);
+            let copy = Arc::new(ArcSwap::from_pointee(live));
+            lives.copies.push(copy.clone());
+            copy
+        };
         Proxy {
             inner: Arc::new(Inner {
-                live: inner.live.clone(),
+                live: copy,
                 stores: vec![store.clone()],
                 store,
                 client: inner.client.fresh(),
                 upstream: inner.upstream.clone(),
                 metrics: inner.metrics.clone(),
                 tasks: inner.tasks.clone(),
-                generation: inner.generation.clone(),
+                lives: inner.lives.clone(),
                 orphans: inner.orphans.clone(),
             }),
         }
@@ -118,11 +141,15 @@ impl Proxy {
     /// Swap in the routes of a newly loaded configuration; in-flight requests finish
     /// with the routes they started with. Returns the new generation.
     pub fn reload(&self, config: &Config) -> u64 {
-        let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let live = live(config, generation, &self.inner.metrics);
-        self.inner.live.store(Arc::new(live));
-        self.inner.metrics.config_generation.set(generation as i64);
-        generation
+        let metrics = &self.inner.metrics;
+        let mut lives = lock(&self.inner.lives);
+        lives.generation += 1;
+        lives.config = config.clone();
+        for copy in &lives.copies {
+            copy.store(Arc::new(live(config, lives.generation, metrics)));
+        }
+        metrics.config_generation.set(lives.generation as i64);
+        lives.generation
     }
 
     pub fn generation(&self) -> u64 {
@@ -215,14 +242,23 @@ impl Proxy {
     }
 }
 
+fn lock(lives: &Mutex<Lives>) -> std::sync::MutexGuard<'_, Lives> {
+    lives.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn live(config: &Config, generation: u64, metrics: &Metrics) -> Live {
     let counters = config
         .routes
         .iter()
         .map(|r| (r.name.clone(), metrics.route_counters(&r.name)))
         .collect();
+    // Deep copies: each worker's policies are its own (see `Lives`).
+    let policies = config
+        .routes
+        .iter()
+        .map(|r| Arc::new(RoutePolicy::clone(r)));
     Live {
-        routes: RouteTable::new(config.routes.clone()),
+        routes: RouteTable::new(policies.collect()),
         counters,
         default: config.default,
         on_store_error: config.store.on_error,
