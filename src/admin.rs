@@ -31,6 +31,8 @@ use crate::store::{Record, RecordState, Store, StoreError};
 /// Shared admin state.
 pub struct Admin {
     pub proxy: Proxy,
+    /// Every worker's store handle (one map, shared, for the memory store).
+    pub stores: Vec<Store>,
     pub token: Option<String>,
     pub draining: AtomicBool,
     pub store_timeout: Duration,
@@ -103,8 +105,7 @@ async fn ready(admin: &Admin) -> AdminResponse {
     // reconnect, so each is asked again until the probe's budget runs out.
     let budget = admin.store_timeout.mul_f32(0.8);
     let pings = admin
-        .proxy
-        .stores()
+        .stores
         .iter()
         .map(|store| ping_until_answered(store, budget));
     let all = async {
@@ -163,7 +164,7 @@ async fn keys(admin: &Admin, method: &Method, rest: &str, query: Option<&str>) -
     let scope = param("scope").unwrap_or_default();
     let with_body = param("body").is_some_and(|v| v == "true");
     let store_key = StoreKey::new(&route, &scope, &key);
-    let stores = admin.proxy.stores();
+    let stores = &admin.stores;
     match *method {
         Method::GET => match any_store(stores, |s| s.get(&store_key)).await {
             Ok(Some(record)) => json_response(StatusCode::OK, &describe(&record, with_body)),

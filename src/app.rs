@@ -77,10 +77,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let (stop, stopped) = watch::channel(false);
     let workers::Started {
         proxy,
+        stores,
         done: serving,
     } = workers::start(listener, config, memory, stopped).await?;
     let admin = Arc::new(Admin {
         proxy: proxy.clone(),
+        stores,
         token: config.admin.token.clone(),
         draining: Default::default(),
         store_timeout: config

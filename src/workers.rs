@@ -23,11 +23,12 @@ use crate::proxy::Proxy;
 use crate::server;
 use crate::store::Store;
 
-/// Started workers: the proxy shared by the control plane (admin, reload), and a
-/// future that resolves when every worker has drained (`true` when all drains
-/// finished within `shutdown_grace`).
+/// Started workers: the proxy shared by the control plane (admin, reload), every
+/// worker's store handle (the admin asks them all), and a future that resolves when
+/// every worker has drained (`true` when all drains finished within `shutdown_grace`).
 pub struct Started<F> {
     pub proxy: Proxy,
+    pub stores: Vec<Store>,
     pub done: F,
 }
 
@@ -76,9 +77,9 @@ pub async fn start(
         handoffs.push(proxy_tx);
         finished.push(done_rx);
     }
-    let proxy = Proxy::new(config, stores[0].clone(), metrics).with_stores(stores.clone());
-    for (handoff, store) in handoffs.into_iter().zip(stores) {
-        let _ = handoff.send(proxy.for_worker(store));
+    let proxy = Proxy::new(config, stores[0].clone(), metrics);
+    for (handoff, store) in handoffs.into_iter().zip(&stores) {
+        let _ = handoff.send(proxy.for_worker(store.clone()));
     }
     // `max_connections` holds for the whole proxy, not per worker.
     let permits = Arc::new(Semaphore::new(config.server.max_connections.max(1)));
@@ -93,7 +94,11 @@ pub async fn start(
         }
         all
     };
-    Ok(Started { proxy, done })
+    Ok(Started {
+        proxy,
+        stores,
+        done,
+    })
 }
 
 struct Worker {

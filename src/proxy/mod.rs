@@ -59,8 +59,6 @@ pub struct Live {
 pub struct Inner {
     pub live: Arc<ArcSwap<Live>>,
     pub store: Store,
-    /// Every worker's store handle (readiness asks them all).
-    stores: Vec<Store>,
     pub client: UpstreamClient,
     pub upstream: UpstreamConfig,
     pub metrics: Metrics,
@@ -99,7 +97,6 @@ impl Proxy {
         Proxy {
             inner: Arc::new(Inner {
                 live: copy,
-                stores: vec![store.clone()],
                 store,
                 client: UpstreamClient::new(&config.upstream),
                 upstream: config.upstream.clone(),
@@ -126,7 +123,6 @@ impl Proxy {
         Proxy {
             inner: Arc::new(Inner {
                 live: copy,
-                stores: vec![store.clone()],
                 store,
                 client: inner.client.fresh(),
                 upstream: inner.upstream.clone(),
@@ -158,19 +154,6 @@ impl Proxy {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
-    }
-
-    /// Record every worker's store handle, for readiness (before the proxy is shared).
-    pub fn with_stores(mut self, stores: Vec<Store>) -> Proxy {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.stores = stores;
-        }
-        self
-    }
-
-    /// The store handles of every worker (one, the same map, for the memory store).
-    pub fn stores(&self) -> &[Store] {
-        &self.inner.stores
     }
 
     pub fn metrics(&self) -> &Metrics {

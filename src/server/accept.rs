@@ -105,37 +105,36 @@ pub async fn accept(
         let Ok(stream) = stream.into_std() else {
             continue;
         };
+        // Fewest open connections first; ties go round the workers in turn.
+        turn = turn.wrapping_add(1);
+        let mut pick = fewest(&workers, turn);
+        workers[pick].open.inc();
         let mut accepted = Accepted {
             stream: Some(stream),
             remote,
             _permit: permit,
-            // Not a worker's yet: a gauge of its own until `assign`.
-            open: {
-                let own = Gauge::default();
-                own.inc();
-                own
-            },
+            open: workers[pick].open.clone(),
         };
-        // Fewest open connections first; ties go round the workers in turn.
-        turn = turn.wrapping_add(1);
-        while !workers.is_empty() {
-            let n = workers.len();
-            let pick = (0..n)
-                .map(|i| (turn + i) % n)
-                .min_by_key(|&i| workers[i].open.get())
-                .unwrap_or(0);
-            let worker = &workers[pick];
-            accepted.assign(&worker.open);
-            match worker.tx.send(accepted) {
-                Ok(()) => break,
-                // That worker has stopped: take it out and try another.
-                Err(mpsc::error::SendError(back)) => {
-                    accepted = back;
-                    workers.swap_remove(pick);
-                }
+        // A worker that has stopped hands the connection back: take it out, try another.
+        while let Err(mpsc::error::SendError(back)) = workers[pick].tx.send(accepted) {
+            accepted = back;
+            workers.swap_remove(pick);
+            if workers.is_empty() {
+                break;
             }
+            pick = fewest(&workers, turn);
+            accepted.assign(&workers[pick].open);
         }
     }
+}
+
+/// The worker with the fewest open connections, searching from `turn` so ties rotate.
+fn fewest(workers: &[WorkerQueue], turn: usize) -> usize {
+    let n = workers.len();
+    (0..n)
+        .map(|i| (turn + i) % n)
+        .min_by_key(|&i| workers[i].open.get())
+        .unwrap_or(0)
 }
 
 /// Connection-level accept errors are the peer's problem; anything else (EMFILE…) is

@@ -63,17 +63,8 @@ impl Pool {
     fn reap(&self) {
         let mut cx = Context::from_waker(Waker::noop());
         let timeout = self.idle_timeout;
-        let closed: Vec<Conn> = {
-            let mut idle = self.lock();
-            let (keep, closed) = std::mem::take(&mut *idle)
-                .into_iter()
-                .partition(|c| c.idle_since.elapsed() < timeout);
-            *idle = keep;
-            closed
-        };
-        drop(closed);
-        let mut idle = self.lock();
-        idle.retain_mut(|c| c.drive(&mut cx) && c.is_alive());
+        self.lock()
+            .retain_mut(|c| c.idle_since.elapsed() < timeout && c.drive(&mut cx) && c.is_alive());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
