@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 use crate::admin::{self, Admin};
 use crate::config::{Backend, Config, StoreConfig};
 use crate::proxy::Proxy;
-use crate::store::{memory::MemoryStore, redis::RedisStore, Store, StoreError};
+use crate::store::redis::{Events, RedisStore};
+use crate::store::{memory::MemoryStore, Store, StoreError};
 use crate::workers;
 
 /// Records the memory store keeps before evicting the soonest-expiring completed one.
@@ -40,13 +41,36 @@ pub struct Running {
     done: JoinHandle<bool>,
 }
 
-/// Build the configured store. Redis connects in the background and reconnects by itself,
-/// so idem starts (unready) even while Redis is down.
-pub async fn build_store(cfg: &StoreConfig) -> Result<Store, StoreError> {
-    Ok(match cfg.backend {
-        Backend::Memory => Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)),
-        Backend::Redis => Store::Redis(RedisStore::connect(&cfg.redis).await?),
-    })
+/// The process-wide part of the configured store, from which each worker thread builds
+/// its handle: the one memory map, or the one Redis event subscription (every worker
+/// then opens its own command connection on its own runtime).
+#[derive(Clone)]
+pub enum SharedStore {
+    Memory(Store),
+    Redis(Events),
+}
+
+impl SharedStore {
+    /// Starts the shared part. Redis connects in the background and reconnects by
+    /// itself, so idem starts (unready) even while Redis is down.
+    pub fn start(cfg: &StoreConfig) -> Result<SharedStore, StoreError> {
+        Ok(match cfg.backend {
+            Backend::Memory => {
+                SharedStore::Memory(Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)))
+            }
+            Backend::Redis => SharedStore::Redis(RedisStore::subscribe(&cfg.redis)?),
+        })
+    }
+
+    /// A store handle for the calling worker's runtime.
+    pub async fn for_worker(&self, cfg: &StoreConfig) -> Result<Store, StoreError> {
+        Ok(match self {
+            SharedStore::Memory(store) => store.clone(),
+            SharedStore::Redis(events) => {
+                Store::Redis(RedisStore::connect_sharing(&cfg.redis, events).await?)
+            }
+        })
+    }
 }
 
 /// Bind the listeners and start serving. Port 0 binds a free port (tests).
@@ -68,18 +92,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             addr: config.admin.listen,
             source,
         })?;
-    // The memory store is one map for the whole process; with Redis every worker
-    // connects on its own runtime (see `workers`).
-    let memory = match config.store.backend {
-        Backend::Memory => Some(build_store(&config.store).await?),
-        Backend::Redis => None,
-    };
+    let shared = SharedStore::start(&config.store)?;
     let (stop, stopped) = watch::channel(false);
     let workers::Started {
         proxy,
         stores,
         done: serving,
-    } = workers::start(listener, config, memory, stopped).await?;
+    } = workers::start(listener, config, shared, stopped).await?;
     let admin = Arc::new(Admin {
         proxy: proxy.clone(),
         stores,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 
-use crate::app::{build_store, StartError};
+use crate::app::{SharedStore, StartError};
 use crate::config::Config;
 use crate::metrics::{Metrics, WorkerLabels};
 use crate::proxy::Proxy;
@@ -32,13 +32,13 @@ pub struct Started<F> {
     pub done: F,
 }
 
-/// Start the workers. `memory` is the process-wide memory store when that is the
-/// backend; otherwise each worker connects to Redis on its own runtime. `stop` going to
+/// Start the workers; each builds its store handle from `shared` on its own runtime.
+/// `stop` going to
 /// `true` (or its sender being dropped) starts the drain.
 pub async fn start(
     listener: TcpListener,
     config: &Config,
-    memory: Option<Store>,
+    shared: SharedStore,
     stop: watch::Receiver<bool>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
     let metrics = Metrics::new();
@@ -56,7 +56,7 @@ pub async fn start(
         let (done_tx, done_rx) = oneshot::channel();
         let worker = Worker {
             config: config.clone(),
-            memory: memory.clone(),
+            shared: shared.clone(),
             stop: stop.clone(),
         };
         std::thread::Builder::new()
@@ -103,7 +103,7 @@ pub async fn start(
 
 struct Worker {
     config: Config,
-    memory: Option<Store>,
+    shared: SharedStore,
     stop: watch::Receiver<bool>,
 }
 
@@ -127,10 +127,8 @@ impl Worker {
             }
         };
         runtime.block_on(async move {
-            let store = match &self.memory {
-                Some(shared) => Ok(shared.clone()),
-                None => build_store(&self.config.store).await.map_err(Into::into),
-            };
+            let store = self.shared.for_worker(&self.config.store).await;
+            let store = store.map_err(StartError::from);
             let failed = store.is_err();
             let _ = store_tx.send(store);
             let Ok(proxy) = proxy_rx.await else {

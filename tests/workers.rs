@@ -98,3 +98,45 @@ async fn duplicates_on_every_worker_execute_once(backend: Backend) {
 }
 
 both_stores!(duplicates_on_every_worker_execute_once);
+
+/// With Redis, the workers share one event subscription (a completion reaches the
+/// process once, not once per worker), and a duplicate waiting on one worker is woken
+/// by a completion on another: every duplicate gets the one result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_share_one_subscription_and_wake_each_other() {
+    let env = Env::new(Backend::Redis).await;
+    let redis = env.redis.as_ref().unwrap();
+    let waiting = CHARGE.replace(
+        "key: \"charge:{path.invoice_id}\"",
+        "key: \"charge:{path.invoice_id}\"\n    on_concurrent: wait\n    wait_timeout: 10s",
+    );
+    let first = env.idem(&waiting).await;
+    let second = env.idem(&waiting).await;
+    let mut subscribers = String::new();
+    for _ in 0..100 {
+        subscribers = redis.command(&["PUBSUB", "NUMSUB", "idem:events"]);
+        if subscribers.ends_with(":2\r\n") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        subscribers.ends_with(":2\r\n"),
+        "two processes of three workers each: {subscribers:?}"
+    );
+    // Duplicates over both replicas and all their workers while the first call runs.
+    let calls = (0..24).map(|i| {
+        let u = url(
+            if i % 2 == 0 { &first } else { &second },
+            "/invoices/inv_w/charge",
+        );
+        async move { post(&u, &[("x-mock-delay-ms", "300")], "{}").await }
+    });
+    let answers = join_all(calls).await;
+    assert_eq!(env.upstream.executions("charge:inv_w"), 1);
+    for r in &answers {
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.body, answers[0].body);
+    }
+    assert_eq!(answers.iter().filter(|r| !r.replayed()).count(), 1);
+}

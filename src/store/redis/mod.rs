@@ -3,9 +3,11 @@
 //! - Store key: `key_prefix` + hex(`StoreKey`). Event channel: `{key_prefix}events`.
 //! - Every operation is one round trip, bounded by `op_timeout` ([`StoreError::Timeout`]);
 //!   any Redis or connection error is [`StoreError::Unavailable`].
-//! - Commands share one multiplexed, self-reconnecting connection (`conn.rs`); wake-ups
-//!   come from one pub/sub subscription per store (`subscriber.rs`). Both start in the
-//!   background: [`RedisStore::connect`] succeeds even while Redis is down.
+//! - Commands share one multiplexed, self-reconnecting connection per handle built by
+//!   `connect` (`conn.rs`; each worker thread has its own); wake-ups come from one
+//!   pub/sub subscription per process, shared through [`Events`] (`subscriber.rs`).
+//!   Both start in the background: [`RedisStore::connect`] succeeds even while Redis is
+//!   down.
 //!
 //! [`connect`]: RedisStore::connect
 
@@ -14,7 +16,7 @@ mod scripts;
 mod subscriber;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,11 +25,11 @@ use redis::{Client, Cmd, FromRedisValue, RedisResult, RedisWrite, Script, ToRedi
 use tokio::time::timeout;
 
 use self::conn::Conn;
-use self::subscriber::Subscriber;
+pub use self::subscriber::Events;
 use super::codec::encode_into;
 use super::record::decode;
 use super::task::AbortOnDrop;
-use super::{Record, Reserve, StoreError, Token, Watch, Watchers};
+use super::{Record, Reserve, StoreError, Token, Watch};
 use crate::config::{RedisConfig, RedisMode};
 use crate::key::StoreKey;
 
@@ -39,60 +41,55 @@ pub struct RedisStore {
     /// own (see [`RedisStore::reserve`]); otherwise this is `conn`.
     reserve_conn: Arc<Conn>,
     prefix: Arc<str>,
-    channel: Arc<str>,
     op_timeout: Duration,
     wait_replicas: u32,
-    watchers: Watchers,
-    subscribed: Arc<AtomicBool>,
-    /// Stops the subscriber and health tasks when the last clone drops.
-    _tasks: Arc<[AbortOnDrop; 2]>,
+    events: Events,
+    /// Stops the health task when the last clone drops.
+    _health: Arc<AbortOnDrop>,
 }
 
 impl RedisStore {
-    /// Builds the store and starts its background tasks. Fails only on configuration
-    /// problems (bad URL, unsupported mode); an unreachable Redis is logged and retried
-    /// in the background while operations fail with `Unavailable` or `Timeout`.
+    /// Builds the store with a subscription of its own and starts its background tasks.
+    /// Fails only on configuration problems (bad URL, unsupported mode); an unreachable
+    /// Redis is logged and retried in the background while operations fail with
+    /// `Unavailable` or `Timeout`.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
-        if cfg.mode != RedisMode::Standalone {
-            let msg = format!("redis mode {:?} is not supported yet", cfg.mode);
-            return Err(StoreError::Unavailable(msg));
-        }
-        crate::tls::install_crypto_provider();
-        let client = Client::open(cfg.url.as_str())
-            .map_err(|e| StoreError::Unavailable(format!("cannot use redis url: {e}")))?;
+        RedisStore::connect_sharing(cfg, &RedisStore::subscribe(cfg)?).await
+    }
+
+    /// Starts the event subscription that [`RedisStore::connect_sharing`] handles share:
+    /// one per process, however many worker threads have a connection of their own.
+    pub fn subscribe(cfg: &RedisConfig) -> Result<Events, StoreError> {
+        let client = client(cfg)?;
+        let channel = format!("{}events", cfg.key_prefix);
+        Ok(Events::start(client, &channel, cfg.op_timeout))
+    }
+
+    /// A store with its own command connection(s), started on the current runtime, and
+    /// the given shared subscription and watchers.
+    pub async fn connect_sharing(
+        cfg: &RedisConfig,
+        events: &Events,
+    ) -> Result<RedisStore, StoreError> {
+        let client = client(cfg)?;
         let conn = Arc::new(Conn::new(client.clone(), cfg.op_timeout)?);
         let reserve_conn = match cfg.wait_replicas {
             0 => conn.clone(),
-            _ => Arc::new(Conn::new(client.clone(), cfg.op_timeout)?),
+            _ => Arc::new(Conn::new(client, cfg.op_timeout)?),
         };
         let mut conns = vec![conn.clone()];
         if !Arc::ptr_eq(&conn, &reserve_conn) {
             conns.push(reserve_conn.clone());
         }
-        let watchers = Watchers::new();
-        let subscribed = Arc::new(AtomicBool::new(false));
-        let channel: Arc<str> = format!("{}events", cfg.key_prefix).into();
-        let subscriber = Subscriber {
-            client,
-            channel: channel.to_string(),
-            watchers: watchers.clone(),
-            subscribed: subscribed.clone(),
-            timeout: cfg.op_timeout.max(Duration::from_secs(1)),
-        };
-        let tasks = [
-            AbortOnDrop(tokio::spawn(subscriber.run())),
-            AbortOnDrop(tokio::spawn(conn::health(conns, cfg.op_timeout))),
-        ];
+        let health = tokio::spawn(conn::health(conns, cfg.op_timeout));
         let store = RedisStore {
             conn,
             reserve_conn,
             prefix: cfg.key_prefix.as_str().into(),
-            channel,
             op_timeout: cfg.op_timeout,
             wait_replicas: cfg.wait_replicas,
-            watchers,
-            subscribed,
-            _tasks: Arc::new(tasks),
+            events: events.clone(),
+            _health: Arc::new(AbortOnDrop(health)),
         };
         if let Err(e) = store.ping().await {
             tracing::warn!(error = %e, "redis not reachable at startup; retrying in the background");
@@ -103,7 +100,7 @@ impl RedisStore {
     /// Whether the event subscription is currently up (wake-ups from other replicas
     /// only arrive while it is).
     pub fn is_subscribed(&self) -> bool {
-        self.subscribed.load(Ordering::Acquire)
+        self.events.subscribed.load(Ordering::Acquire)
     }
 
     /// `SET key value NX GET PX lease`: one round trip that both reserves and, for a
@@ -165,12 +162,12 @@ impl RedisStore {
         cmd.arg(&owner.hex()[..])
             .arg(Encoded(record))
             .arg(millis(ttl))
-            .arg(if notify { &*self.channel } else { "" })
+            .arg(if notify { &*self.events.channel } else { "" })
             .arg(&key.hex()[..]);
         let replaced: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if replaced == 1 && notify {
             // Local waiters need not wait for the round trip through pub/sub.
-            self.watchers.notify(key);
+            self.events.watchers.notify(key);
         }
         Ok(replaced == 1)
     }
@@ -184,11 +181,11 @@ impl RedisStore {
         let script = &*scripts::RELEASE_IF_OWNER;
         let mut cmd = evalsha(script, &self.store_key(key));
         cmd.arg(&owner.hex()[..])
-            .arg(&*self.channel)
+            .arg(&*self.events.channel)
             .arg(&key.hex()[..]);
         let released: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if released == 1 {
-            self.watchers.notify(key);
+            self.events.watchers.notify(key);
         }
         Ok(released == 1)
     }
@@ -205,16 +202,16 @@ impl RedisStore {
         let mut conn = self.conn.manager();
         let script = &*scripts::DELETE;
         let mut cmd = evalsha(script, &self.store_key(key));
-        cmd.arg(&*self.channel).arg(&key.hex()[..]);
+        cmd.arg(&*self.events.channel).arg(&key.hex()[..]);
         let deleted: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if deleted == 1 {
-            self.watchers.notify(key);
+            self.events.watchers.notify(key);
         }
         Ok(deleted == 1)
     }
 
     pub fn watch(&self, key: &StoreKey) -> Watch {
-        self.watchers.watch(key)
+        self.events.watchers.watch(key)
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
@@ -241,6 +238,17 @@ impl RedisStore {
             Err(_) => Err(StoreError::Timeout(self.op_timeout)),
         }
     }
+}
+
+/// A client for the configured URL (no connection yet).
+fn client(cfg: &RedisConfig) -> Result<Client, StoreError> {
+    if cfg.mode != RedisMode::Standalone {
+        let msg = format!("redis mode {:?} is not supported yet", cfg.mode);
+        return Err(StoreError::Unavailable(msg));
+    }
+    crate::tls::install_crypto_provider();
+    Client::open(cfg.url.as_str())
+        .map_err(|e| StoreError::Unavailable(format!("cannot use redis url: {e}")))
 }
 
 /// A record as one command argument, encoded straight into the command's buffer (no

@@ -1,4 +1,6 @@
-//! The one pub/sub subscription of a `RedisStore`, feeding its [`Watchers`].
+//! The pub/sub subscription that feeds a process's [`Watchers`]: one per process, shared
+//! by every worker's `RedisStore` through [`Events`], so a completion reaches each
+//! replica once rather than once per worker thread.
 //!
 //! Completions, releases and deletes `PUBLISH` the hex store key on
 //! `{key_prefix}events` from inside the same Lua script that writes, so every replica
@@ -21,6 +23,7 @@ use redis::aio::PubSub;
 use redis::{Client, Msg};
 use tokio::time::{sleep, timeout};
 
+use super::super::task::AbortOnDrop;
 use crate::key::StoreKey;
 use crate::store::Watchers;
 
@@ -28,21 +31,54 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const PING_INTERVAL: Duration = Duration::from_secs(5);
 
-/// What the subscriber task needs; everything is shared with the store handle.
-pub(super) struct Subscriber {
-    pub(super) client: Client,
-    pub(super) channel: String,
+/// The shared half of every `RedisStore` handle of one process: the event channel's
+/// name, the watchers its messages wake, and the subscription task feeding them, which
+/// stops when the last handle drops.
+#[derive(Clone)]
+pub struct Events {
+    pub(super) channel: Arc<str>,
     pub(super) watchers: Watchers,
     /// Set while the subscription is up (exposed as `RedisStore::is_subscribed`).
     pub(super) subscribed: Arc<AtomicBool>,
+    _task: Arc<AbortOnDrop>,
+}
+
+impl Events {
+    /// Starts the subscription on the current runtime. It connects (and reconnects) in
+    /// the background, so this succeeds while Redis is down.
+    pub(super) fn start(client: Client, channel: &str, op_timeout: Duration) -> Events {
+        let watchers = Watchers::new();
+        let subscribed = Arc::new(AtomicBool::new(false));
+        let subscriber = Subscriber {
+            client,
+            channel: channel.to_string(),
+            watchers: watchers.clone(),
+            subscribed: subscribed.clone(),
+            timeout: op_timeout.max(Duration::from_secs(1)),
+        };
+        Events {
+            channel: channel.into(),
+            watchers,
+            subscribed,
+            _task: Arc::new(AbortOnDrop(tokio::spawn(subscriber.run()))),
+        }
+    }
+}
+
+/// What the subscriber task needs; everything is shared with the store handles.
+struct Subscriber {
+    client: Client,
+    channel: String,
+    watchers: Watchers,
+    subscribed: Arc<AtomicBool>,
     /// Bound for connecting, subscribing and health PINGs.
-    pub(super) timeout: Duration,
+    timeout: Duration,
 }
 
 impl Subscriber {
     /// Subscribes, dispatches messages, and resubscribes after any loss, until the
     /// store's guard aborts the task.
-    pub(super) async fn run(self) {
+    async fn run(self) {
         let mut backoff = MIN_BACKOFF;
         let mut failures = 0u32;
         loop {
