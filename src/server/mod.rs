@@ -11,32 +11,42 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch;
 
-use prefixed::{first_bytes, Prefixed};
+use prefixed::{first_bytes, is_h2_preface, Prefixed};
 
 use crate::config::ServerConfig;
 use crate::proxy::Proxy;
 
-/// Build the connection builder from the server settings.
-fn builder(cfg: &ServerConfig) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Slow clients that trickle their headers are cut off.
-        .header_read_timeout(cfg.header_read_timeout)
-        // hyper answers 431 when the head does not fit.
-        .max_buf_size(cfg.max_header_bytes.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
-    builder
+/// The HTTP/1.1 and h2c connection builders, configured from the server settings.
+///
+/// The protocol is already known from the first bytes (`prefixed::first_bytes`), so a
+/// connection goes straight to the right one: hyper-util's auto builder would read the
+/// preface a second time and put one more layer under every read.
+struct Builders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(cfg: &ServerConfig) -> Builders {
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            // Slow clients that trickle their headers are cut off.
+            .header_read_timeout(cfg.header_read_timeout)
+            // hyper answers 431 when the head does not fit.
+            .max_buf_size(cfg.max_header_bytes.max(8192));
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
+        Builders { http1, http2 }
+    }
 }
 
 /// Serve the connections the acceptor hands this worker until `shutdown` resolves (or
@@ -49,7 +59,7 @@ pub async fn serve(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> bool {
-    let builder = Arc::new(builder(&cfg));
+    let builders = Arc::new(Builders::new(&cfg));
     let graceful = GracefulShutdown::new();
     let (draining, _) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -70,7 +80,7 @@ pub async fn serve(
             let proxy = proxy.clone();
             async move { Ok::<_, Infallible>(proxy.handle(req, Some(remote)).await) }
         });
-        let builder = builder.clone();
+        let builders = builders.clone();
         let watcher = graceful.watcher();
         let mut drain = draining.subscribe();
         let header_read_timeout = cfg.header_read_timeout;
@@ -88,9 +98,18 @@ pub async fn serve(
                 drop(accepted);
                 return;
             };
+            let h2 = is_h2_preface(&first);
             let io = TokioIo::new(Prefixed::new(first, stream));
-            let conn = builder.serve_connection(io, service).into_owned();
-            if let Err(e) = watcher.watch(conn).await {
+            let served = if h2 {
+                watcher
+                    .watch(builders.http2.serve_connection(io, service))
+                    .await
+            } else {
+                watcher
+                    .watch(builders.http1.serve_connection(io, service))
+                    .await
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, %remote, "connection ended with an error");
             }
             // Frees the `max_connections` slot and the worker's connection count.

@@ -32,6 +32,11 @@ pub(super) async fn first_bytes(stream: &mut TcpStream, timeout: Duration) -> Op
     }
 }
 
+/// Whether a connection's first bytes (from [`first_bytes`]) open HTTP/2 (h2c).
+pub(super) fn is_h2_preface(first: &[u8]) -> bool {
+    first.starts_with(H2_PREFACE)
+}
+
 /// A stream whose first reads return bytes already read from it.
 pub(super) struct Prefixed {
     prefix: Vec<u8>,

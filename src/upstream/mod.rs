@@ -96,7 +96,9 @@ impl UpstreamClient {
         loop {
             let (mut conn, pooled) = match self.pool.checkout().await {
                 Some(conn) => (conn, true),
-                None => (self.connect().await?, false),
+                // Boxed: connecting (TLS included) is a large future, and the request
+                // future — moved into every caller's future — is otherwise as large.
+                None => (Box::pin(self.connect()).await?, false),
             };
             match conn.send(request).await {
                 Ok(response) => {
