@@ -50,12 +50,17 @@ pub struct RequestLabels {
 /// Store operations timed in `idem_store_duration_seconds{op}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
+#[repr(usize)]
 pub enum StoreOp {
     reserve,
     renew,
     complete,
     release,
     takeover,
+}
+
+impl StoreOp {
+    const COUNT: usize = 5;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -80,6 +85,10 @@ pub struct Metrics {
     pub config_generation: Gauge,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
+    /// Each operation's histogram, looked up in `store_duration` on first use: a family
+    /// lookup takes the family's lock, hashes the labels and clones the handle, on a
+    /// cache line every worker thread shares.
+    store_ops: Arc<[OnceLock<Histogram>; StoreOp::COUNT]>,
     registry: std::sync::Arc<Registry>,
 }
 
@@ -146,6 +155,7 @@ impl Metrics {
             stale_completions,
             config_generation,
             connections,
+            store_ops: Default::default(),
             registry: std::sync::Arc::new(registry),
         }
     }
@@ -170,8 +180,12 @@ impl Metrics {
     }
 
     pub fn store_op(&self, op: StoreOp, took: Duration) {
-        self.store_duration
-            .get_or_create(&StoreLabels { op })
+        self.store_ops[op as usize]
+            .get_or_init(|| {
+                self.store_duration
+                    .get_or_create(&StoreLabels { op })
+                    .clone()
+            })
             .observe(took.as_secs_f64());
     }
 

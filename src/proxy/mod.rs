@@ -53,9 +53,10 @@ pub struct Live {
     pub generation: u64,
 }
 
-/// State of one worker's requests. The configuration, metrics and detached-call
-/// tracker are shared by every worker; the store handle and the upstream connections
-/// are the worker's own, so its requests never wait on another thread's I/O driver.
+/// State of one worker's requests. The metrics are shared by every worker; the
+/// configuration copy, the detached-call tracker, the store handle and the upstream
+/// connections are the worker's own, so its requests never wait on another thread's
+/// I/O driver.
 pub struct Inner {
     pub live: Arc<ArcSwap<Live>>,
     pub store: Store,
@@ -127,7 +128,10 @@ impl Proxy {
                 client: inner.client.fresh(),
                 upstream: inner.upstream.clone(),
                 metrics: inner.metrics.clone(),
-                tasks: inner.tasks.clone(),
+                // The worker's own: its detached calls run on its runtime, so its drain
+                // waits for them (and only them), and spawning one touches no counter
+                // another core shares.
+                tasks: TaskTracker::new(),
                 lives: inner.lives.clone(),
                 orphans: inner.orphans.clone(),
             }),

@@ -1,6 +1,7 @@
 //! `X-Request-Id`: kept when the caller sent one, generated otherwise, and forwarded
 //! upstream so one id ties the caller, idem's log line and the tool API together.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -16,14 +17,47 @@ pub fn ensure(headers: &mut HeaderMap) -> HeaderValue {
     {
         return id.clone();
     }
-    static PREFIX: OnceLock<String> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = PREFIX.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let id = HeaderValue::try_from(format!("{prefix}-{n:x}"))
+    static PREFIX: OnceLock<[u8; 8]> = OnceLock::new();
+    let prefix = PREFIX.get_or_init(|| {
+        let mut hex = [0u8; 8];
+        // 8 hex digits for 4 bytes: cannot fail.
+        let _ = hex::encode_to_slice(rand::random::<u32>().to_be_bytes(), &mut hex);
+        hex
+    });
+    // `<prefix>-<counter in hex>`, at most 8 + 1 + 16 bytes.
+    let mut text = [0u8; 25];
+    text[..8].copy_from_slice(prefix);
+    text[8] = b'-';
+    let n = next_number();
+    let digits = (16 - n.leading_zeros() as usize / 4).max(1);
+    for i in 0..digits {
+        let nibble = (n >> (4 * (digits - 1 - i))) & 0xf;
+        text[9 + i] = b"0123456789abcdef"[nibble as usize];
+    }
+    let id = HeaderValue::from_bytes(&text[..9 + digits])
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
     headers.insert(X_REQUEST_ID, id.clone());
     id
+}
+
+/// Numbers handed out per thread in blocks taken from one process-wide counter: ids stay
+/// unique, and the shared counter is touched once per block rather than by every
+/// request on every core.
+fn next_number() -> u64 {
+    const BLOCK: u64 = 1024;
+    static TAKEN: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static NEXT: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    }
+    NEXT.with(|next| {
+        let (mut n, mut end) = next.get();
+        if n == end {
+            n = TAKEN.fetch_add(BLOCK, Ordering::Relaxed);
+            end = n + BLOCK;
+        }
+        next.set((n + 1, end));
+        n
+    })
 }
 
 #[cfg(test)]
@@ -39,5 +73,26 @@ mod tests {
         let (ia, ib) = (ensure(&mut a), ensure(&mut b));
         assert_ne!(ia, ib);
         assert_eq!(a[X_REQUEST_ID], ia);
+    }
+
+    #[test]
+    fn generated_ids_are_prefix_dash_hex_and_unique_across_threads() {
+        let ids: Vec<String> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    (0..3000)
+                        .map(|_| ensure(&mut HeaderMap::new()).to_str().unwrap().to_owned())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        let unique: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len());
+        for id in &ids {
+            let (prefix, n) = id.split_once('-').unwrap();
+            assert_eq!(prefix.len(), 8);
+            assert_eq!(format!("{:x}", u64::from_str_radix(n, 16).unwrap()), n);
+        }
     }
 }
