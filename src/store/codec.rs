@@ -102,14 +102,25 @@ impl Serialize for Latin1<'_> {
 
 /// Serialises a record into the layout above.
 pub fn encode(record: &Record) -> Vec<u8> {
-    let body_len = record
-        .response
-        .as_ref()
-        .and_then(|r| r.body.as_ref())
-        .map_or(0, Bytes::len);
-    let mut out = Vec::with_capacity(384 + body_len);
+    let mut out = Vec::with_capacity(encoded_size_hint(record));
     encode_into(record, &mut out);
     out
+}
+
+/// About the encoded size of `record` (at least it, unless keys or header values need
+/// escaping), so buffers can be sized once rather than grown (and copied) while
+/// encoding.
+pub fn encoded_size_hint(record: &Record) -> usize {
+    let response = record.response.as_ref();
+    let body = response.and_then(|r| r.body.as_ref()).map_or(0, Bytes::len);
+    let headers = response.map_or(0, |r| {
+        r.headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 8)
+            .sum()
+    });
+    let text = record.route.len() + record.scope.len() + record.key.len();
+    384 + text + headers + body
 }
 
 /// Serialises a record into `out` (a `Vec`, or a Redis command's argument buffer).
@@ -273,6 +284,20 @@ mod tests {
     }
 
     /// The borrowed encoder writes exactly what the owned `Meta` layout always did.
+    #[test]
+    fn size_hint_covers_the_encoding() {
+        let long = "k".repeat(300);
+        let records = [
+            Record::in_progress("r", "", "k", [1; 32], [0; 32], Duration::from_secs(30)),
+            Record::in_progress("route", "s", &long, [1; 32], [2; 32], Duration::MAX),
+            completed(None),
+            completed(Some(&[7u8; 5000])),
+        ];
+        for r in &records {
+            assert!(encode(r).len() <= encoded_size_hint(r), "{r:?}");
+        }
+    }
+
     #[test]
     fn encoding_is_stable() {
         let r = completed(Some(b"{}"));

@@ -26,7 +26,7 @@ use tokio::time::timeout;
 
 use self::conn::Conn;
 pub use self::subscriber::Events;
-use super::codec::encode_into;
+use super::codec::{encode_into, encoded_size_hint};
 use super::record::decode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
@@ -121,7 +121,7 @@ impl RedisStore {
         lease: Duration,
     ) -> Result<Reserve, StoreError> {
         let mut conn = self.reserve_conn.manager();
-        let mut cmd = redis::cmd("SET");
+        let mut cmd = command_for("SET", 7, record);
         cmd.arg(&self.store_key(key)[..])
             .arg(Encoded(record))
             .arg("NX")
@@ -158,7 +158,10 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
         let script = &*scripts::REPLACE_IF_OWNER;
-        let mut cmd = evalsha(script, &self.store_key(key));
+        let mut cmd = command_for("EVALSHA", 9, record);
+        cmd.arg(script.get_hash())
+            .arg(1)
+            .arg(&self.store_key(key)[..]);
         cmd.arg(&owner.hex()[..])
             .arg(Encoded(record))
             .arg(millis(ttl))
@@ -259,6 +262,14 @@ impl ToRedisArgs for Encoded<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         encode_into(self.0, &mut out.writer_for_next_arg());
     }
+}
+
+/// A command of `args` arguments, one of them `record`: its buffer is sized for the
+/// record up front, so encoding into it never regrows (and copies) it midway.
+fn command_for(name: &str, args: usize, record: &Record) -> Cmd {
+    let mut cmd = Cmd::with_capacity(args, 192 + encoded_size_hint(record));
+    cmd.arg(name);
+    cmd
 }
 
 /// `EVALSHA <sha> 1 <store key>`, to which the caller appends the script's ARGV.
