@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::app::{SharedStore, StartError};
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::metrics::{Metrics, WorkerLabels};
 use crate::proxy::Proxy;
 use crate::server;
@@ -143,7 +143,9 @@ impl Worker {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
             let server = self.config.server.clone();
-            let _tick = spawn_timer_tick(self.config.store.redis.op_timeout);
+            // Only Redis operations carry a short timeout on every request.
+            let redis = self.config.store.backend == Backend::Redis;
+            let _tick = redis.then(|| spawn_timer_tick(self.config.store.redis.op_timeout));
             server::serve(incoming, proxy, server, stopped).await
         })
     }
