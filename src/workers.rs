@@ -34,8 +34,7 @@ pub struct Started<F> {
 }
 
 /// Start the workers; each builds its store handle from `shared` on its own runtime.
-/// `stop` going to
-/// `true` (or its sender being dropped) starts the drain.
+/// `stop` going to `true` (or its sender being dropped) starts the drain.
 pub async fn start(
     listener: TcpListener,
     config: &Config,
