@@ -12,17 +12,16 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::app::{SharedStore, StartError};
-use crate::config::{Backend, Config};
+use crate::config::Config;
 use crate::metrics::{Metrics, WorkerLabels};
 use crate::proxy::Proxy;
 use crate::server;
-use crate::store::{AbortOnDrop, Store};
+use crate::store::Store;
 
 /// Started workers: the proxy shared by the control plane (admin, reload), every
 /// worker's store handle (the admin asks them all), and a future that resolves when
@@ -142,31 +141,7 @@ impl Worker {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
             let server = self.config.server.clone();
-            // Only Redis operations carry a short timeout on every request.
-            let redis = self.config.store.backend == Backend::Redis;
-            let _tick = redis.then(|| spawn_timer_tick(self.config.store.redis.op_timeout));
             server::serve(incoming, proxy, server, stopped).await
         })
     }
-}
-
-/// Keeps a timer due within `shortest / 2` on this worker's runtime, for as long as the
-/// returned guard lives.
-///
-/// Why: tokio wakes its I/O driver (a `write` to an eventfd, and one more turn of the
-/// event loop) whenever a task registers a timer that is due before every timer the
-/// driver last saw — even from the driver's own thread. Each request bounds its store
-/// operations by `op_timeout`, and the other pending timers (upstream timeout, lease
-/// renewal) are seconds away, so the first store operation after each turn of the loop
-/// paid that syscall: about one per four requests under load. With this tick pending,
-/// a new `op_timeout` is never the earliest.
-fn spawn_timer_tick(shortest: Duration) -> AbortOnDrop {
-    let period = (shortest / 2).clamp(Duration::from_millis(5), Duration::from_millis(500));
-    AbortOnDrop(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-        }
-    }))
 }

@@ -24,17 +24,17 @@ pub fn ensure(headers: &mut HeaderMap) -> HeaderValue {
         let _ = hex::encode_to_slice(rand::random::<u32>().to_be_bytes(), &mut hex);
         hex
     });
-    // `<prefix>-<counter in hex>`, at most 8 + 1 + 16 bytes.
+    // `<prefix>-<counter in hex, no leading zeros>`.
+    let mut digits = [0u8; 16];
+    // 16 hex digits for 8 bytes: cannot fail.
+    let _ = hex::encode_to_slice(next_number().to_be_bytes(), &mut digits);
+    let first = digits.iter().position(|&d| d != b'0').unwrap_or(15);
     let mut text = [0u8; 25];
+    let len = 9 + 16 - first;
     text[..8].copy_from_slice(prefix);
     text[8] = b'-';
-    let n = next_number();
-    let digits = (16 - n.leading_zeros() as usize / 4).max(1);
-    for i in 0..digits {
-        let nibble = (n >> (4 * (digits - 1 - i))) & 0xf;
-        text[9 + i] = b"0123456789abcdef"[nibble as usize];
-    }
-    let id = HeaderValue::from_bytes(&text[..9 + digits])
+    text[9..len].copy_from_slice(&digits[first..]);
+    let id = HeaderValue::from_bytes(&text[..len])
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
     headers.insert(X_REQUEST_ID, id.clone());
     id

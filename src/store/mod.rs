@@ -29,7 +29,6 @@ use std::time::Duration;
 pub use memory::MemoryStore;
 pub use record::{Record, RecordState, StoredResponse, Token};
 pub use redis::RedisStore;
-pub(crate) use task::AbortOnDrop;
 pub use watch::{Watch, Watchers};
 
 use crate::key::StoreKey;

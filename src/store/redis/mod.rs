@@ -44,8 +44,8 @@ pub struct RedisStore {
     op_timeout: Duration,
     wait_replicas: u32,
     events: Events,
-    /// Stops the health task when the last clone drops.
-    _health: Arc<AbortOnDrop>,
+    /// Stops the health and timer tasks when the last clone drops.
+    _tasks: Arc<[AbortOnDrop; 2]>,
 }
 
 impl RedisStore {
@@ -81,7 +81,10 @@ impl RedisStore {
         if !Arc::ptr_eq(&conn, &reserve_conn) {
             conns.push(reserve_conn.clone());
         }
-        let health = tokio::spawn(conn::health(conns, cfg.op_timeout));
+        let tasks = [
+            AbortOnDrop(tokio::spawn(conn::health(conns, cfg.op_timeout))),
+            AbortOnDrop(tokio::spawn(conn::keep_a_timer_near(cfg.op_timeout))),
+        ];
         let store = RedisStore {
             conn,
             reserve_conn,
@@ -89,7 +92,7 @@ impl RedisStore {
             op_timeout: cfg.op_timeout,
             wait_replicas: cfg.wait_replicas,
             events: events.clone(),
-            _health: Arc::new(AbortOnDrop(health)),
+            _tasks: Arc::new(tasks),
         };
         if let Err(e) = store.ping().await {
             tracing::warn!(error = %e, "redis not reachable at startup; retrying in the background");
@@ -121,7 +124,7 @@ impl RedisStore {
         lease: Duration,
     ) -> Result<Reserve, StoreError> {
         let mut conn = self.reserve_conn.manager();
-        let mut cmd = command_for("SET", 7, record);
+        let mut cmd = command("SET", Some(record));
         cmd.arg(&self.store_key(key)[..])
             .arg(Encoded(record))
             .arg("NX")
@@ -158,10 +161,7 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
         let script = &*scripts::REPLACE_IF_OWNER;
-        let mut cmd = command_for("EVALSHA", 9, record);
-        cmd.arg(script.get_hash())
-            .arg(1)
-            .arg(&self.store_key(key)[..]);
+        let mut cmd = evalsha(script, &self.store_key(key), Some(record));
         cmd.arg(&owner.hex()[..])
             .arg(Encoded(record))
             .arg(millis(ttl))
@@ -182,7 +182,7 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
         let script = &*scripts::RELEASE_IF_OWNER;
-        let mut cmd = evalsha(script, &self.store_key(key));
+        let mut cmd = evalsha(script, &self.store_key(key), None);
         cmd.arg(&owner.hex()[..])
             .arg(&*self.events.channel)
             .arg(&key.hex()[..]);
@@ -204,7 +204,7 @@ impl RedisStore {
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let mut conn = self.conn.manager();
         let script = &*scripts::DELETE;
-        let mut cmd = evalsha(script, &self.store_key(key));
+        let mut cmd = evalsha(script, &self.store_key(key), None);
         cmd.arg(&*self.events.channel).arg(&key.hex()[..]);
         let deleted: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
         if deleted == 1 {
@@ -264,17 +264,19 @@ impl ToRedisArgs for Encoded<'_> {
     }
 }
 
-/// A command of `args` arguments, one of them `record`: its buffer is sized for the
-/// record up front, so encoding into it never regrows (and copies) it midway.
-fn command_for(name: &str, args: usize, record: &Record) -> Cmd {
-    let mut cmd = Cmd::with_capacity(args, 192 + encoded_size_hint(record));
+/// `name`, to which the caller appends the arguments. When one of them is `carries`, the
+/// buffer is sized for that record up front, so encoding into it never regrows (and
+/// copies) it midway.
+fn command(name: &str, carries: Option<&Record>) -> Cmd {
+    let bytes = 192 + carries.map_or(0, encoded_size_hint);
+    let mut cmd = Cmd::with_capacity(10, bytes);
     cmd.arg(name);
     cmd
 }
 
 /// `EVALSHA <sha> 1 <store key>`, to which the caller appends the script's ARGV.
-fn evalsha(script: &Script, store_key: &[u8]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
+fn evalsha(script: &Script, store_key: &[u8], carries: Option<&Record>) -> Cmd {
+    let mut cmd = command("EVALSHA", carries);
     cmd.arg(script.get_hash()).arg(1).arg(store_key);
     cmd
 }

@@ -23,8 +23,8 @@ use redis::aio::PubSub;
 use redis::{Client, Msg};
 use tokio::time::{sleep, timeout};
 
+use super::super::task::AbortOnDrop;
 use crate::key::StoreKey;
-use crate::store::AbortOnDrop;
 use crate::store::Watchers;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
