@@ -1,4 +1,5 @@
-//! Wire encoding of a [`Record`], shared by every backend that stores bytes.
+//! Wire layout of a [`Record`], shared by every backend that stores bytes, and its
+//! decoder (the writer is `encode.rs`).
 //!
 //! Layout:
 //! ```text
@@ -20,7 +21,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{Record, RecordState, StoreError, StoredResponse, Token};
 
@@ -47,115 +48,7 @@ struct Meta<'a> {
     body_stored: bool,
 }
 
-/// The same fields as [`Meta`], in the same order, borrowed: encoding copies nothing
-/// but the output (hex digests on the stack, ASCII header values as they are).
-#[derive(Serialize)]
-struct MetaRef<'a> {
-    route: &'a str,
-    scope: &'a str,
-    key: &'a str,
-    fingerprint: Hex32<'a>,
-    credentials: Hex32<'a>,
-    attempt: u32,
-    created_at_ms: u64,
-    expires_at_ms: u64,
-    status: Option<u16>,
-    headers: HeadersRef<'a>,
-    body_stored: bool,
-}
-
-struct Hex32<'a>(&'a [u8; 32]);
-
-impl Serialize for Hex32<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut buf = [0u8; 64];
-        // 64 bytes for 32 bytes of input: cannot fail.
-        let _ = hex::encode_to_slice(self.0, &mut buf);
-        s.serialize_str(std::str::from_utf8(&buf).unwrap_or_default())
-    }
-}
-
-struct HeadersRef<'a>(&'a [(HeaderName, HeaderValue)]);
-
-impl Serialize for HeadersRef<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for (name, value) in self.0 {
-            seq.serialize_element(&(name.as_str(), Latin1(value.as_bytes())))?;
-        }
-        seq.end()
-    }
-}
-
-/// A header value as latin-1 text: ASCII (the usual case) is serialised in place.
-struct Latin1<'a>(&'a [u8]);
-
-impl Serialize for Latin1<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match std::str::from_utf8(self.0) {
-            Ok(text) if self.0.is_ascii() => s.serialize_str(text),
-            _ => s.serialize_str(&latin1(self.0)),
-        }
-    }
-}
-
-/// Serialises a record into the layout above.
-pub fn encode(record: &Record) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_size_hint(record));
-    encode_into(record, &mut out);
-    out
-}
-
-/// About the encoded size of `record` (at least it, unless keys or header values need
-/// escaping), so buffers can be sized once rather than grown (and copied) while
-/// encoding.
-pub fn encoded_size_hint(record: &Record) -> usize {
-    let response = record.response.as_ref();
-    let body = response.and_then(|r| r.body.as_ref()).map_or(0, Bytes::len);
-    let headers = response.map_or(0, |r| {
-        r.headers
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 8)
-            .sum()
-    });
-    let text = record.route.len() + record.scope.len() + record.key.len();
-    384 + text + headers + body
-}
-
-/// Serialises a record into `out` (a `Vec`, or a Redis command's argument buffer).
-pub fn encode_into(record: &Record, out: &mut impl std::io::Write) {
-    let (status, headers, body) = match &record.response {
-        Some(r) => (Some(r.status), r.headers.as_slice(), r.body.as_ref()),
-        None => (None, &[][..], None),
-    };
-    let meta = MetaRef {
-        route: &record.route,
-        scope: &record.scope,
-        key: &record.key,
-        fingerprint: Hex32(&record.fingerprint),
-        credentials: Hex32(&record.credentials),
-        attempt: record.attempt,
-        created_at_ms: record.created_at_ms,
-        expires_at_ms: record.expires_at_ms,
-        status,
-        headers: HeadersRef(headers),
-        body_stored: body.is_some(),
-    };
-    let state = match record.state {
-        RecordState::InProgress => b'P',
-        RecordState::Completed => b'C',
-    };
-    // Writing to memory cannot fail; serialising strings and integers cannot either.
-    let _ = out.write_all(&[state]);
-    let _ = out.write_all(&record.token.hex());
-    let _ = out.write_all(b"\n");
-    let _ = serde_json::to_writer(&mut *out, &meta);
-    let _ = out.write_all(b"\n");
-    let _ = out.write_all(body.map_or(&[][..], |b| &b[..]));
-}
-
-/// Parses bytes written by [`encode`]. Anything else is [`StoreError::Corrupt`], never
+/// Parses bytes written by [`encode`](super::encode::encode). Anything else is [`StoreError::Corrupt`], never
 /// a panic: the bytes come from a shared store that other software can write to.
 pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
     let state = match bytes.first() {
@@ -211,10 +104,6 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(what.to_owned())
 }
 
-fn latin1(bytes: &[u8]) -> String {
-    bytes.iter().map(|&b| char::from(b)).collect()
-}
-
 fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), StoreError> {
     let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| corrupt("bad header name"))?;
     let value = if value.is_ascii() {
@@ -241,6 +130,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::store::encode::{encode, encode_into, encoded_size_hint};
 
     fn completed(body: Option<&'static [u8]>) -> Record {
         let r = Record::in_progress("charge", "t1", "inv\n1", [7; 32], [9; 32], Duration::ZERO);

@@ -18,6 +18,7 @@
 //! The store never sees HTTP types: only [`StoreKey`]s and [`Record`]s.
 
 mod codec;
+mod encode;
 pub mod memory;
 pub mod record;
 pub mod redis;

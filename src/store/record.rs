@@ -1,8 +1,8 @@
 //! The idempotency record and its constructors.
 //!
-//! The wire encoding ([`encode`], [`decode`]) lives in `codec.rs`: state byte, token
-//! hex, `\n`, JSON metadata, `\n`, raw body — laid out so a Lua script can check
-//! ownership with one `string.sub(value, 2, 33)`.
+//! The wire encoding ([`encode`] in `encode.rs`, [`decode`] in `codec.rs`): state
+//! byte, token hex, `\n`, JSON metadata, `\n`, raw body — laid out so a Lua script can
+//! check ownership with one `string.sub(value, 2, 33)`.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 
-pub use super::codec::{decode, encode};
+pub use super::codec::decode;
+pub use super::encode::encode;
 
 /// A 128-bit random fencing token, unique per reservation (and per attempt).
 ///

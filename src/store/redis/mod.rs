@@ -26,7 +26,7 @@ use tokio::time::timeout;
 
 use self::conn::Conn;
 pub use self::subscriber::Events;
-use super::codec::{encode_into, encoded_size_hint};
+use super::encode::{encode_into, encoded_size_hint};
 use super::record::decode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
