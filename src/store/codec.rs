@@ -17,39 +17,14 @@
 //! are stored as latin-1 strings: each byte becomes the char with the same code point,
 //! which JSON carries losslessly.
 
+use super::meta::Meta;
+use super::{Record, RecordState, StoreError, StoredResponse, Token};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use std::borrow::Cow;
 
-use serde::Deserialize;
-
-use super::{Record, RecordState, StoreError, StoredResponse, Token};
-
-/// Everything but the state, the token and the body. Strings borrow from the record's
-/// bytes unless they hold escapes.
-#[derive(Deserialize)]
-struct Meta<'a> {
-    #[serde(borrow)]
-    route: Cow<'a, str>,
-    #[serde(borrow)]
-    scope: Cow<'a, str>,
-    #[serde(borrow)]
-    key: Cow<'a, str>,
-    #[serde(borrow)]
-    fingerprint: Cow<'a, str>,
-    #[serde(borrow)]
-    credentials: Cow<'a, str>,
-    attempt: u32,
-    created_at_ms: u64,
-    expires_at_ms: u64,
-    status: Option<u16>,
-    #[serde(borrow)]
-    headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    body_stored: bool,
-}
-
-/// Parses bytes written by [`encode`](super::encode::encode). Anything else is [`StoreError::Corrupt`], never
-/// a panic: the bytes come from a shared store that other software can write to.
+/// Parses bytes written by [`encode`](super::encode::encode). Anything else is
+/// [`StoreError::Corrupt`], never a panic: the bytes come from a shared store that
+/// other software can write to.
 pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
     let state = match bytes.first() {
         Some(b'P') => RecordState::InProgress,
@@ -68,8 +43,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
         .iter()
         .position(|&b| b == b'\n')
         .ok_or_else(|| corrupt("missing metadata separator"))?;
-    let meta: Meta = serde_json::from_slice(&rest[..split])
-        .map_err(|e| corrupt(&format!("bad metadata: {e}")))?;
+    let meta = Meta::parse(&rest[..split]).map_err(|e| corrupt(&format!("bad metadata: {e}")))?;
     let body = &rest[split + 1..];
 
     let response = match (state, meta.status) {

@@ -20,6 +20,7 @@
 mod codec;
 mod encode;
 pub mod memory;
+mod meta;
 pub mod record;
 pub mod redis;
 mod task;

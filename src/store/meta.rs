@@ -1,0 +1,245 @@
+//! The metadata line of a stored record (see `codec.rs`), read back.
+//!
+//! Every replay decodes a record, so the line is first scanned in the exact shape
+//! `encode.rs` writes — fixed field order, no whitespace, strings without escapes —
+//! which takes a fraction of what `serde_json`'s general deserializer spends matching
+//! field names and visiting each token. Anything else (an escaped string, a record
+//! written by some future version with more fields, garbage) goes to `serde_json`,
+//! which decides. Where the scan accepts a line, `serde_json` reads the same values
+//! from it (tested below on mutated lines).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+/// Everything but the state, the token and the body. Strings borrow from the record's
+/// bytes unless they hold escapes.
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Meta<'a> {
+    #[serde(borrow)]
+    pub route: Cow<'a, str>,
+    #[serde(borrow)]
+    pub scope: Cow<'a, str>,
+    #[serde(borrow)]
+    pub key: Cow<'a, str>,
+    #[serde(borrow)]
+    pub fingerprint: Cow<'a, str>,
+    #[serde(borrow)]
+    pub credentials: Cow<'a, str>,
+    pub attempt: u32,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub status: Option<u16>,
+    #[serde(borrow)]
+    pub headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub body_stored: bool,
+}
+
+impl<'a> Meta<'a> {
+    pub(super) fn parse(line: &'a [u8]) -> Result<Meta<'a>, serde_json::Error> {
+        match scan(line) {
+            Some(meta) => Ok(meta),
+            None => serde_json::from_slice(line),
+        }
+    }
+}
+
+/// The line in `encode.rs`'s exact shape, or `None`.
+fn scan(line: &[u8]) -> Option<Meta<'_>> {
+    let mut c = Cursor(line);
+    c.lit(b"{\"route\":")?;
+    let route = c.string()?;
+    c.lit(b",\"scope\":")?;
+    let scope = c.string()?;
+    c.lit(b",\"key\":")?;
+    let key = c.string()?;
+    c.lit(b",\"fingerprint\":")?;
+    let fingerprint = c.string()?;
+    c.lit(b",\"credentials\":")?;
+    let credentials = c.string()?;
+    c.lit(b",\"attempt\":")?;
+    let attempt = u32::try_from(c.uint()?).ok()?;
+    c.lit(b",\"created_at_ms\":")?;
+    let created_at_ms = c.uint()?;
+    c.lit(b",\"expires_at_ms\":")?;
+    let expires_at_ms = c.uint()?;
+    c.lit(b",\"status\":")?;
+    let status = match c.lit(b"null") {
+        Some(()) => None,
+        None => Some(u16::try_from(c.uint()?).ok()?),
+    };
+    c.lit(b",\"headers\":[")?;
+    let mut headers = Vec::new();
+    if c.lit(b"]").is_none() {
+        loop {
+            c.lit(b"[")?;
+            let name = c.string()?;
+            c.lit(b",")?;
+            let value = c.string()?;
+            c.lit(b"]")?;
+            headers.push((Cow::Borrowed(name), Cow::Borrowed(value)));
+            if c.lit(b"]").is_some() {
+                break;
+            }
+            c.lit(b",")?;
+        }
+    }
+    c.lit(b",\"body_stored\":")?;
+    let body_stored = match c.lit(b"true") {
+        Some(()) => true,
+        None => c.lit(b"false").map(|()| false)?,
+    };
+    c.lit(b"}")?;
+    if !c.0.is_empty() {
+        return None;
+    }
+    Some(Meta {
+        route: Cow::Borrowed(route),
+        scope: Cow::Borrowed(scope),
+        key: Cow::Borrowed(key),
+        fingerprint: Cow::Borrowed(fingerprint),
+        credentials: Cow::Borrowed(credentials),
+        attempt,
+        created_at_ms,
+        expires_at_ms,
+        status,
+        headers,
+        body_stored,
+    })
+}
+
+/// What is left of the line.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn lit(&mut self, expected: &[u8]) -> Option<()> {
+        self.0 = self.0.strip_prefix(expected)?;
+        Some(())
+    }
+
+    /// A quoted string without escapes or control characters (which JSON forbids raw).
+    fn string(&mut self) -> Option<&'a str> {
+        self.lit(b"\"")?;
+        let end = memchr::memchr2(b'"', b'\\', self.0)?;
+        let raw = &self.0[..end];
+        // No early exit: this form compiles to a vector loop.
+        if self.0[end] != b'"' || raw.iter().fold(false, |seen, &b| seen | (b < 0x20)) {
+            return None;
+        }
+        let text = std::str::from_utf8(raw).ok()?;
+        self.0 = &self.0[end + 1..];
+        Some(text)
+    }
+
+    /// A JSON non-negative integer: digits, no leading zero, fits in a `u64`.
+    fn uint(&mut self) -> Option<u64> {
+        let digits = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || (digits > 1 && self.0[0] == b'0') {
+            return None;
+        }
+        let value = self.0[..digits].iter().try_fold(0u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })?;
+        self.0 = &self.0[digits..];
+        Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::{HeaderName, HeaderValue};
+
+    use super::*;
+    use crate::store::encode::encode;
+    use crate::store::{Record, StoredResponse};
+
+    fn line(record: &Record) -> Vec<u8> {
+        let bytes = encode(record);
+        let meta = &bytes[34..];
+        meta[..meta.iter().position(|&b| b == b'\n').unwrap()].to_vec()
+    }
+
+    fn samples() -> Vec<Vec<u8>> {
+        let pending = Record::in_progress("charge", "", "inv-1", [7; 32], [0; 32], Duration::ZERO);
+        let headers = vec![
+            (
+                HeaderName::from_static("content-type"),
+                HeaderValue::from_static("application/json"),
+            ),
+            (
+                HeaderName::from_static("x-raw"),
+                HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+            ),
+        ];
+        let stored = |headers: Vec<_>, body: Option<Bytes>| StoredResponse {
+            status: 201,
+            headers,
+            body,
+        };
+        let done = pending.completed(stored(headers, Some(Bytes::new())), Duration::MAX);
+        let bare = pending.completed(stored(vec![], None), Duration::from_secs(1));
+        let escaped = Record::in_progress("r", "s", "a\"b\n", [1; 32], [2; 32], Duration::ZERO);
+        [pending, done, bare, escaped].iter().map(line).collect()
+    }
+
+    #[test]
+    fn the_scan_reads_what_the_encoder_writes() {
+        for (i, line) in samples().iter().enumerate() {
+            let serde: Meta = serde_json::from_slice(line).unwrap();
+            // The sample with escapes is left to serde; the others are scanned.
+            assert_eq!(
+                scan(line).is_some(),
+                i != 3,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(Meta::parse(line).unwrap(), serde);
+        }
+    }
+
+    /// Wherever the scan accepts a damaged line, serde accepts it with the same values.
+    #[test]
+    fn the_scan_never_accepts_what_serde_reads_differently() {
+        let replacements = [
+            b'"', b'\\', b'0', b'1', b'9', b',', b']', b'}', b' ', b'\n', 0xff,
+        ];
+        for line in samples() {
+            for at in 0..line.len() {
+                let mut cases = vec![line[..at].to_vec(), [&line[..at], &line[at + 1..]].concat()];
+                for &r in &replacements {
+                    let mut changed = line.clone();
+                    changed[at] = r;
+                    cases.push(changed);
+                }
+                for case in cases {
+                    if let Some(scanned) = scan(&case) {
+                        let serde: Meta = serde_json::from_slice(&case)
+                            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&case)));
+                        assert_eq!(scanned, serde, "{}", String::from_utf8_lossy(&case));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_out_of_range_or_with_leading_zeros_are_left_to_serde() {
+        let good = String::from_utf8(samples()[2].clone()).unwrap();
+        for (from, to) in [
+            ("\"attempt\":1", "\"attempt\":4294967296"),
+            ("\"attempt\":1", "\"attempt\":01"),
+            ("\"status\":201", "\"status\":65536"),
+        ] {
+            let bad = good.replace(from, to);
+            assert_ne!(bad, good);
+            assert!(scan(bad.as_bytes()).is_none(), "{bad}");
+            assert!(
+                serde_json::from_slice::<Meta>(bad.as_bytes()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}
