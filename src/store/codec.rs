@@ -39,10 +39,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
         return Err(corrupt("missing header separator"));
     }
     let rest = &bytes[34..];
-    let split = rest
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or_else(|| corrupt("missing metadata separator"))?;
+    let split = memchr::memchr(b'\n', rest).ok_or_else(|| corrupt("missing metadata separator"))?;
     let meta = Meta::parse(&rest[..split]).map_err(|e| corrupt(&format!("bad metadata: {e}")))?;
     let body = &rest[split + 1..];
 

@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{Client, Cmd, FromRedisValue, RedisResult, RedisWrite, Script, ToRedisArgs};
+use redis::{
+    Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisResult, RedisWrite, Script, ToRedisArgs,
+};
 use tokio::time::timeout;
 
 use self::conn::Conn;
@@ -250,8 +252,14 @@ fn client(cfg: &RedisConfig) -> Result<Client, StoreError> {
         return Err(StoreError::Unavailable(msg));
     }
     crate::tls::install_crypto_provider();
-    Client::open(cfg.url.as_str())
-        .map_err(|e| StoreError::Unavailable(format!("cannot use redis url: {e}")))
+    let bad_url =
+        |e: redis::RedisError| StoreError::Unavailable(format!("cannot use redis url: {e}"));
+    let info = cfg.url.as_str().into_connection_info().map_err(bad_url)?;
+    // redis-rs leaves Nagle's algorithm on. Commands are small and pipelined; with Nagle
+    // the tail of a record that spans segments can wait for the server's delayed ACK
+    // (tens of milliseconds on a real network). Other Redis clients set TCP_NODELAY too.
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    Client::open(info.set_tcp_settings(tcp)).map_err(bad_url)
 }
 
 /// A record as one command argument, encoded straight into the command's buffer (no
