@@ -97,13 +97,14 @@ fn digest(hex: &str) -> Result<[u8; 32], StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use super::*;
     use crate::store::encode::{encode, encode_into, encoded_size_hint};
 
-    fn completed(body: Option<&'static [u8]>) -> Record {
+    /// A completed record with a key that needs escaping and a non-UTF-8 header value.
+    pub(in crate::store) fn completed(body: Option<&'static [u8]>) -> Record {
         let r = Record::in_progress("charge", "t1", "inv\n1", [7; 32], [9; 32], Duration::ZERO);
         let headers = vec![
             (
