@@ -38,9 +38,12 @@ def ticks(pid):
 
 
 def machine():
-    """The first line of /proc/stat: user, nice, system, idle, iowait, irq, softirq, …"""
+    """/proc/stat's first line (user, nice, system, idle, iowait, irq, softirq, …), then
+    the context switches since boot."""
     with open("/proc/stat") as f:
-        return [int(x) for x in f.readline().split()[1:]]
+        lines = f.read().splitlines()
+    ctxt = next(int(line.split()[1]) for line in lines if line.startswith("ctxt "))
+    return [int(x) for x in lines[0].split()[1:]] + [ctxt]
 
 
 def redis_stats(redis):
@@ -91,9 +94,11 @@ def one_run(args, bins, workdir, rnd):
     rows["wrk"] = ((wrk1.ru_utime - wrk0.ru_utime) * 1e6 / n,
                    (wrk1.ru_stime - wrk0.ru_stime) * 1e6 / n)
     spent = [b - a for a, b in zip(cpu0, cpu1)]
+    switches = spent.pop()
     busy = 1 - (spent[3] + spent[4]) / max(1, sum(spent))
     rps = result["requests"] / (result["duration_us"] / 1e6)
-    print(f"run {rnd}: {args.scenario} {rps:,.0f} req/s, machine {busy:.0%} busy")
+    print(f"run {rnd}: {args.scenario} {rps:,.0f} req/s, machine {busy:.0%} busy, "
+          f"{switches / n:.1f} context switches per request")
     for name, (user, system) in rows.items():
         if user + system > 0:
             print(f"  {name:9s} {user + system:6.1f} µs/req  (user {user:5.1f}, system {system:5.1f})")
