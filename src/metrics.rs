@@ -60,7 +60,9 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
-    const COUNT: usize = 5;
+    /// One past the last variant (`store_ops` has a slot per operation; a new variant
+    /// goes before `takeover` or moves this).
+    const COUNT: usize = StoreOp::takeover as usize + 1;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

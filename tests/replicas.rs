@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
-use support::harness::{post, url};
+use support::harness::{assert_all_got_the_one_result, post, url};
 
 const CHARGE: &str = r#"
 routes:
@@ -52,10 +52,7 @@ async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
     });
     let results = join_all(calls).await;
     assert_eq!(env.upstream.executions("charge:inv_y"), 1);
-    for r in &results {
-        assert_eq!(r.status, 201, "{}", r.text());
-        assert_eq!(r.body, results[0].body);
-    }
+    assert_all_got_the_one_result(&results);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

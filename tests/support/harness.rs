@@ -68,6 +68,15 @@ impl Resp {
     }
 }
 
+/// Every response is a 201 with the same body: the one execution's answer, replayed to
+/// the duplicates.
+pub fn assert_all_got_the_one_result(responses: &[Resp]) {
+    for r in responses {
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.body, responses[0].body);
+    }
+}
+
 /// Send one request on a fresh connection.
 pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
     try_send(method, url, headers, body).await.expect("request")
