@@ -10,6 +10,13 @@ the children), how busy the whole machine was, and — for Redis — how many co
 read per read call. On a 2-core machine all four share, the throughput ratio to a
 direct connection is about (upstream + wrk per request) / (sum of all four), so this
 shows which process a change has to make cheaper. docs/benchmarks.md quotes it.
+
+    python3 bench/split.py --scenario passthrough --perf
+    python3 bench/split.py --scenario nginx_passthrough --perf
+
+add a `perf record` of the proxy (or `--perf redis|upstream`) during the measured run
+and split its CPU into components: kernel, tokio, hyper, the allocator, idem's own
+code… (bench/components.py; needs Debian's linux-perf).
 """
 import argparse
 import os
@@ -18,6 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import components  # noqa: E402
 import run  # noqa: E402
 
 SCENARIOS = {
@@ -27,14 +35,18 @@ SCENARIOS = {
     "passthrough": ("fixed.lua", "idem", "/plain"),
     "fresh_redis": ("unique.lua", "idem", "/charges"),
     "replay_redis": ("replay.lua", "idem", "/charges"),
+    "nginx_passthrough": ("fixed.lua", "nginx", "/plain"),
 }
 
 
-def ticks(pid):
-    """(utime, stime) of a process, in clock ticks."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])
+def ticks(pids):
+    """(utime, stime) of processes, summed, in clock ticks."""
+    user = system = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        user, system = user + int(fields[11]), system + int(fields[12])
+    return user, system
 
 
 def machine():
@@ -63,8 +75,10 @@ def one_run(args, bins, workdir, rnd):
     run.wait_port(up_port)
     redis = run.Redis(workdir)
     idem = run.Idem(bins, workdir, up_port, "redis", redis, workers=args.idem_workers)
+    nginx = run.Nginx(workdir, up_port) if target == "nginx" else None
+    perf_out = os.path.join(workdir, f"perf-{rnd}.data")
     try:
-        port = idem.port if target == "idem" else up_port
+        port = {"idem": idem.port, "nginx": nginx and nginx.port}.get(target, up_port)
         run_id = f"split{rnd}x{os.getpid()}"
         if script == "replay.lua":
             code, text = run.loadtest(bins, [
@@ -74,15 +88,23 @@ def one_run(args, bins, workdir, rnd):
             if code != 0:
                 raise RuntimeError(f"replay warm-up failed:\n{text}")
         run.wrk(args, workdir, port, script, path, 2, env={"RUN": run_id + "w"})
-        pids = {"idem": idem.pid, "redis": redis.proc.pid, "upstream": upstream.pid}
-        before = {name: ticks(pid) for name, pid in pids.items()}
+        pids = {"idem": [idem.pid], "redis": [redis.proc.pid], "upstream": [upstream.pid]}
+        if nginx:
+            pids["nginx"] = nginx.pids
+        profiled = args.perf and (target if args.perf == "proxy" else args.perf)
+        before = {name: ticks(p) for name, p in pids.items()}
         stats0, cpu0 = redis_stats(redis), machine()
         wrk0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        perf = profiled and components.record(pids[profiled], args.duration - 1, perf_out)
         result = run.wrk(args, workdir, port, script, path, args.duration, env={"RUN": run_id})
+        if perf:
+            perf.wait()
         wrk1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         stats1, cpu1 = redis_stats(redis), machine()
-        after = {name: ticks(pid) for name, pid in pids.items()}
+        after = {name: ticks(p) for name, p in pids.items()}
     finally:
+        if nginx:
+            nginx.stop()
         idem.stop()
         redis.proc.stop()
         upstream.stop()
@@ -110,6 +132,8 @@ def one_run(args, bins, workdir, rnd):
     if reads and args.scenario.endswith("_redis"):
         print(f"  redis read {commands / reads:.1f} commands per read call "
               "(commands run inside scripts included)")
+    if perf:
+        components.print_shares(profiled, perf_out, sum(rows[profiled]))
 
 
 def main():
@@ -121,6 +145,11 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--idem-workers", type=int, default=0, help="0: idem's default (auto)")
+    ap.add_argument("--perf", nargs="?", const="proxy",
+                    choices=["proxy", "idem", "nginx", "redis", "upstream"],
+                    help="also profile one process with perf (default: the scenario's "
+                    "target — idem, nginx, or the upstream for direct) and print its CPU "
+                    "by component (bench/components.py)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     args = ap.parse_args()
     bins = {"idem": os.path.join(args.bin_dir, "idem"),
