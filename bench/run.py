@@ -66,17 +66,23 @@ def http(method, url, body=None, timeout=5):
 # --- /proc readings ---------------------------------------------------------------
 
 
-def cpu_ticks(pids):
-    """utime + stime of the processes (all their threads), in clock ticks."""
-    total = 0
+def cpu_times(pids):
+    """(utime, stime) of the processes (all their threads), summed, in clock ticks; a
+    process that has gone counts nothing."""
+    user = system = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user, system = user + int(fields[11]), system + int(fields[12])
         except OSError:
             pass
-    return total
+    return user, system
+
+
+def cpu_ticks(pids):
+    """utime + stime of the processes (all their threads), in clock ticks."""
+    return sum(cpu_times(pids))
 
 
 def status_kib(pid, field):

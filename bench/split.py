@@ -39,16 +39,6 @@ SCENARIOS = {
 }
 
 
-def ticks(pids):
-    """(utime, stime) of processes, summed, in clock ticks."""
-    user = system = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        user, system = user + int(fields[11]), system + int(fields[12])
-    return user, system
-
-
 def machine():
     """/proc/stat's first line (user, nice, system, idle, iowait, irq, softirq, …), then
     the context switches since boot."""
@@ -92,7 +82,7 @@ def one_run(args, bins, workdir, rnd):
         if nginx:
             pids["nginx"] = nginx.pids
         profiled = args.perf and (target if args.perf == "proxy" else args.perf)
-        before = {name: ticks(p) for name, p in pids.items()}
+        before = {name: run.cpu_times(p) for name, p in pids.items()}
         stats0, cpu0 = redis_stats(redis), machine()
         wrk0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         perf = profiled and components.record(pids[profiled], args.duration - 1, perf_out)
@@ -101,7 +91,7 @@ def one_run(args, bins, workdir, rnd):
             perf.wait()
         wrk1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         stats1, cpu1 = redis_stats(redis), machine()
-        after = {name: ticks(p) for name, p in pids.items()}
+        after = {name: run.cpu_times(p) for name, p in pids.items()}
     finally:
         if nginx:
             nginx.stop()
@@ -152,6 +142,9 @@ def main():
                     "by component (bench/components.py)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     args = ap.parse_args()
+    target = SCENARIOS[args.scenario][1]
+    if args.perf in ("idem", "nginx") and args.perf != target:
+        ap.error(f"--perf {args.perf}: the {args.scenario} scenario is not aimed at it")
     bins = {"idem": os.path.join(args.bin_dir, "idem"),
             "upstream": os.path.join(args.bin_dir, "idem-bench-upstream")}
     with tempfile.TemporaryDirectory(prefix="idem-split-") as workdir:

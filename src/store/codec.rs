@@ -145,7 +145,6 @@ pub(super) mod tests {
         assert_eq!(decode(&bytes).unwrap(), r);
     }
 
-    /// The borrowed encoder writes exactly what the owned `Meta` layout always did.
     #[test]
     fn size_hint_covers_the_encoding() {
         let long = "k".repeat(300);
@@ -160,6 +159,7 @@ pub(super) mod tests {
         }
     }
 
+    /// The encoder writes exactly what the owned `Meta` layout always did.
     #[test]
     fn encoding_is_stable() {
         let r = completed(Some(b"{}"));
