@@ -150,7 +150,13 @@ async fn keys(args: KeysArgs) -> ExitCode {
 
 async fn demo() -> ExitCode {
     match idem::demo::run(&mut std::io::stdout()).await {
-        Ok(_) => ExitCode::SUCCESS,
+        // The demo doubles as a smoke test (CI runs it verbatim): through idem, every
+        // intended charge must execute exactly once.
+        Ok(rows) if rows.iter().all(|(_, _, guarded)| guarded.charges == 1) => ExitCode::SUCCESS,
+        Ok(_) => {
+            eprintln!("idem demo: a charge executed more than once through idem");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("idem demo: {e}");
             ExitCode::FAILURE

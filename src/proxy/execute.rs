@@ -3,23 +3,24 @@
 //! response and records the outcome, and the caller's retry gets the replay.
 //!
 //! While the call runs the lease is renewed every `lease/3`. The response streams to
-//! the caller as it arrives, one frame behind the upstream, so the **last frame is held
-//! until the record is written**: a caller who has the whole response and repeats the
-//! request gets the replay, never a 409.
+//! the caller as it arrives ([`Outbound`]): every frame goes out as soon as the upstream
+//! sends it, and only the **end of the response is held until the record is written**,
+//! so a caller who has the whole response and repeats the request gets the replay,
+//! never a 409.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::BodyExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::body::{BoxError, ChannelBody, ProxyBody, UpstreamBody};
+use super::body::{ProxyBody, UpstreamBody};
 use super::capture::Capture;
 use super::headers::strip_hop_by_hop;
 use super::lease::{renewing, LeaseHolder};
+use super::outbound::Outbound;
 use super::{problem, Inner};
 use crate::config::{OnAmbiguous, OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
@@ -51,7 +52,8 @@ enum Exchange {
     /// Sent, but no complete answer (timeout, reset, stalled body): the effect may
     /// or may not have happened.
     Ambiguous { reason: String, out: Outbound },
-    /// A complete response. `out` still holds the head (if not yet sent) and the last frame.
+    /// A complete response. `out` still holds its end (and the head, if nothing has gone
+    /// out yet).
     Finished {
         stored: Option<StoredResponse>,
         out: Outbound,
@@ -154,7 +156,7 @@ async fn exchange(
     Exchange::Finished { stored, out }
 }
 
-/// Copy upstream frames to the caller one frame behind, keeping a capture.
+/// Copy upstream frames to the caller as they come, keeping a capture.
 async fn pump(
     mut body: crate::upstream::ResponseBody,
     timeout: Duration,
@@ -172,81 +174,6 @@ async fn pump(
                 }
                 out.push(frame).await;
             }
-        }
-    }
-}
-
-/// The caller's side of the exchange: the pending head, the frame held back, and the
-/// channel feeding the caller's body. Every send tolerates a caller that has gone.
-pub struct Outbound {
-    reply: Option<oneshot::Sender<Response<ProxyBody>>>,
-    head: Option<(Response<()>, http_body::SizeHint)>,
-    held: Option<Frame<Bytes>>,
-    tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
-    send_timeout: Duration,
-}
-
-impl Outbound {
-    fn new(reply: oneshot::Sender<Response<ProxyBody>>, send_timeout: Duration) -> Self {
-        Outbound {
-            reply: Some(reply),
-            head: None,
-            held: None,
-            tx: None,
-            send_timeout,
-        }
-    }
-
-    fn set_head(&mut self, head: Response<()>, hint: http_body::SizeHint) {
-        self.head = Some((head, hint));
-    }
-
-    /// Queue a frame: the previous held frame (and the head, the first time) goes out.
-    async fn push(&mut self, frame: Frame<Bytes>) {
-        if let Some(prev) = self.held.replace(frame) {
-            self.send_head();
-            self.send(prev).await;
-        }
-    }
-
-    fn send_head(&mut self) {
-        let (Some((head, hint)), Some(reply)) = (self.head.take(), self.reply.take()) else {
-            return;
-        };
-        let (tx, rx) = mpsc::channel(8);
-        let (parts, ()) = head.into_parts();
-        let body = ProxyBody::Channel(ChannelBody::new(rx, hint));
-        if reply.send(Response::from_parts(parts, body)).is_ok() {
-            self.tx = Some(tx);
-        }
-    }
-
-    async fn send(&mut self, frame: Frame<Bytes>) {
-        let Some(tx) = &self.tx else { return };
-        match tokio::time::timeout(self.send_timeout, tx.send(Ok(frame))).await {
-            Ok(Ok(())) => {}
-            // The caller is gone or stopped reading: carry on recording without it.
-            _ => self.tx = None,
-        }
-    }
-
-    /// After the record is written: release the head (if still pending) and the last frame.
-    async fn finish(&mut self) {
-        self.send_head();
-        if let Some(last) = self.held.take() {
-            self.send(last).await;
-        }
-        self.tx = None;
-    }
-
-    /// The exchange failed: answer with `problem` if the head has not gone out yet,
-    /// otherwise abort the caller's body so it cannot mistake it for a complete one.
-    async fn fail(&mut self, problem: Response<ProxyBody>, reason: String) {
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(problem);
-        } else if let Some(tx) = self.tx.take() {
-            // Must arrive: a body that merely ends would look complete to the caller.
-            let _ = tokio::time::timeout(self.send_timeout, tx.send(Err(reason.into()))).await;
         }
     }
 }

@@ -8,7 +8,7 @@
 //! 3. **Loser** → replay ([`replay`]), 403, 422, 409 (+ `Retry-After`), or wait.
 //! 4. **Winner** → [`execute`]: a detached task forwards once ([`forward`]) with the key
 //!    passed on, renews the lease ([`lease`]), streams the response while capturing it
-//!    ([`capture`]), and records the outcome before releasing the last frame.
+//!    ([`capture`], [`outbound`]), and records the outcome before releasing its end.
 //! 5. Every proxy-made error is a [`problem`] (`application/problem+json`).
 
 mod body;
@@ -19,6 +19,7 @@ pub mod headers;
 mod idempotency;
 mod intent;
 mod lease;
+mod outbound;
 pub mod problem;
 mod replay;
 mod request_id;

@@ -1,0 +1,126 @@
+//! The caller's side of a detached upstream call: every frame is passed on as soon as
+//! the upstream sends it, and only the **end** of the response waits for the record
+//! (SPEC §1 step 6). What counts as the end:
+//! - a `Content-Length` body: the frame carrying its last bytes (a caller holding all the
+//!   declared bytes has the whole response, whatever the connection does next);
+//! - any other body (chunked, an event stream, h2 without a length): the end of the
+//!   stream itself — the terminating chunk, h2's `END_STREAM` — which goes out when the
+//!   channel closes after [`Outbound::finish`];
+//! - trailers, which only ever come last;
+//! - the head itself when the body is empty (a `204`, `Content-Length: 0`).
+//!
+//! Every send tolerates a caller that has gone or stopped reading: the call carries on
+//! and records the outcome without it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http_body::{Frame, SizeHint};
+use tokio::sync::{mpsc, oneshot};
+
+use super::body::{BoxError, ChannelBody, ProxyBody};
+
+/// Frames queued towards the caller before the detached call waits for it to read.
+const CHANNEL_FRAMES: usize = 8;
+
+pub struct Outbound {
+    reply: Option<oneshot::Sender<Response<ProxyBody>>>,
+    head: Option<(Response<()>, SizeHint)>,
+    /// Bytes of a `Content-Length` body not yet received; `None` when the length is not
+    /// known up front.
+    remaining: Option<u64>,
+    /// The data frame that completes a `Content-Length` body, held until `finish`.
+    last: Option<Frame<Bytes>>,
+    /// Trailers, held until `finish`.
+    trailers: Option<Frame<Bytes>>,
+    tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
+    send_timeout: Duration,
+}
+
+impl Outbound {
+    pub fn new(reply: oneshot::Sender<Response<ProxyBody>>, send_timeout: Duration) -> Self {
+        Outbound {
+            reply: Some(reply),
+            head: None,
+            remaining: None,
+            last: None,
+            trailers: None,
+            tx: None,
+            send_timeout,
+        }
+    }
+
+    /// The upstream's response head; `hint` is its body's size hint (exact for a
+    /// `Content-Length` body).
+    pub fn set_head(&mut self, head: Response<()>, hint: SizeHint) {
+        self.remaining = hint.exact();
+        self.head = Some((head, hint));
+    }
+
+    /// Pass a frame on now, unless it is the end of the response.
+    pub async fn push(&mut self, frame: Frame<Bytes>) {
+        let Some(data) = frame.data_ref() else {
+            self.trailers = Some(frame);
+            return;
+        };
+        if let Some(remaining) = self.remaining.as_mut() {
+            *remaining = remaining.saturating_sub(data.len() as u64);
+            if *remaining == 0 {
+                self.last = Some(frame);
+                return;
+            }
+        }
+        if data.is_empty() {
+            return;
+        }
+        self.send_head();
+        self.send(frame).await;
+    }
+
+    fn send_head(&mut self) {
+        let (Some((head, hint)), Some(reply)) = (self.head.take(), self.reply.take()) else {
+            return;
+        };
+        let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
+        let (parts, ()) = head.into_parts();
+        let body = ProxyBody::Channel(ChannelBody::new(rx, hint));
+        if reply.send(Response::from_parts(parts, body)).is_ok() {
+            self.tx = Some(tx);
+        }
+    }
+
+    async fn send(&mut self, frame: Frame<Bytes>) {
+        let Some(tx) = &self.tx else { return };
+        match tokio::time::timeout(self.send_timeout, tx.send(Ok(frame))).await {
+            Ok(Ok(())) => {}
+            // The caller is gone or stopped reading: carry on recording without it.
+            _ => self.tx = None,
+        }
+    }
+
+    /// After the record is written (or its write failed): release the end of the
+    /// response — the head if nothing went out yet, the held frames, then the close of
+    /// the stream.
+    pub async fn finish(&mut self) {
+        self.send_head();
+        for frame in [self.last.take(), self.trailers.take()]
+            .into_iter()
+            .flatten()
+        {
+            self.send(frame).await;
+        }
+        self.tx = None;
+    }
+
+    /// The exchange failed: answer with `problem` if the head has not gone out yet,
+    /// otherwise abort the caller's body so it cannot mistake it for a complete one.
+    pub async fn fail(&mut self, problem: Response<ProxyBody>, reason: String) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(problem);
+        } else if let Some(tx) = self.tx.take() {
+            // Must arrive: a body that merely ends would look complete to the caller.
+            let _ = tokio::time::timeout(self.send_timeout, tx.send(Err(reason.into()))).await;
+        }
+    }
+}
