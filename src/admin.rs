@@ -25,12 +25,12 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::key::StoreKey;
-use crate::proxy::Proxy;
+use crate::proxy::Control;
 use crate::store::{Record, RecordState, Store, StoreError};
 
 /// Shared admin state.
 pub struct Admin {
-    pub proxy: Proxy,
+    pub control: Control,
     /// Every worker's store handle (one map, shared, for the memory store).
     pub stores: Vec<Store>,
     pub token: Option<String>,
@@ -70,7 +70,7 @@ async fn route(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => ready(admin).await,
         (&Method::GET, "/metrics") => {
-            let mut r = text(StatusCode::OK, admin.proxy.metrics().render());
+            let mut r = text(StatusCode::OK, admin.control.metrics().render());
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static(
@@ -81,7 +81,7 @@ async fn route(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
         }
         (&Method::GET, "/v1/config") => json_response(
             StatusCode::OK,
-            &json!({ "generation": admin.proxy.generation() }),
+            &json!({ "generation": admin.control.generation() }),
         ),
         (method, p) if p.starts_with("/v1/keys/") => {
             if !authorized(admin, &req) {

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
 use crate::config::{Backend, Config, StoreConfig};
-use crate::proxy::Proxy;
+use crate::proxy::Control;
 use crate::store::redis::{Events, RedisStore};
 use crate::store::{memory::MemoryStore, Store, StoreError};
 use crate::workers;
@@ -35,7 +35,7 @@ pub enum StartError {
 pub struct Running {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
-    pub proxy: Proxy,
+    pub control: Control,
     admin: Arc<Admin>,
     stop: watch::Sender<bool>,
     done: JoinHandle<bool>,
@@ -95,12 +95,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let shared = SharedStore::start(&config.store)?;
     let (stop, stopped) = watch::channel(false);
     let workers::Started {
-        proxy,
+        control,
         stores,
         done: serving,
     } = workers::start(listener, config, shared, stopped).await?;
     let admin = Arc::new(Admin {
-        proxy: proxy.clone(),
+        control: control.clone(),
         stores,
         token: config.admin.token.clone(),
         draining: Default::default(),
@@ -131,7 +131,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     Ok(Running {
         addr,
         admin_addr,
-        proxy,
+        control,
         admin,
         stop,
         done,
@@ -141,7 +141,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 impl Running {
     /// Swap in a new configuration's routes.
     pub fn reload(&self, config: &Config) -> u64 {
-        self.proxy.reload(config)
+        self.control.reload(config)
     }
 
     /// Drain and stop; `true` when everything finished within `shutdown_grace`.

@@ -19,15 +19,15 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use crate::app::{SharedStore, StartError};
 use crate::config::Config;
 use crate::metrics::{Metrics, WorkerLabels};
-use crate::proxy::Proxy;
+use crate::proxy::Control;
 use crate::server;
 use crate::store::Store;
 
-/// Started workers: the proxy shared by the control plane (admin, reload), every
-/// worker's store handle (the admin asks them all), and a future that resolves when
-/// every worker has drained (`true` when all drains finished within `shutdown_grace`).
+/// Started workers: the control side (admin, reload), every worker's store handle (the
+/// admin asks them all), and a future that resolves when every worker has drained
+/// (`true` when all drains finished within `shutdown_grace`).
 pub struct Started<F> {
-    pub proxy: Proxy,
+    pub control: Control,
     pub stores: Vec<Store>,
     pub done: F,
 }
@@ -40,7 +40,8 @@ pub async fn start(
     shared: SharedStore,
     stop: watch::Receiver<bool>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
-    let metrics = Metrics::new();
+    let control = Control::new(config, Metrics::new());
+    let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();
     let mut handoffs = Vec::new();
@@ -51,34 +52,34 @@ pub async fn start(
         });
         let (queue, incoming) = server::worker_queue(open.clone());
         let (store_tx, store_rx) = oneshot::channel();
-        let (proxy_tx, proxy_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let worker = Worker {
             config: config.clone(),
             shared: shared.clone(),
+            control: control.clone(),
             stop: stop.clone(),
         };
         std::thread::Builder::new()
             .name(format!("idem-worker-{n}"))
             .spawn(move || {
-                let drained = worker.run(incoming, store_tx, proxy_rx);
+                let drained = worker.run(incoming, store_tx, go_rx);
                 let _ = done_tx.send(drained);
             })
             .map_err(StartError::Workers)?;
         // A worker that cannot start (runtime, store) fails the start; the workers
-        // already started then stop, as their proxies never arrive.
+        // already started then stop, as their go-ahead never arrives.
         let store = match store_rx.await {
             Ok(result) => result?,
             Err(_) => return Err(StartError::Workers(std::io::Error::other("worker died"))),
         };
         stores.push(store);
         queues.push(queue);
-        handoffs.push(proxy_tx);
+        handoffs.push(go_tx);
         finished.push(done_rx);
     }
-    let proxy = Proxy::new(config, stores[0].clone(), metrics);
-    for (handoff, store) in handoffs.into_iter().zip(&stores) {
-        let _ = handoff.send(proxy.for_worker(store.clone()));
+    for handoff in handoffs {
+        let _ = handoff.send(());
     }
     // `max_connections` holds for the whole proxy, not per worker.
     let permits = Arc::new(Semaphore::new(config.server.max_connections.max(1)));
@@ -94,7 +95,7 @@ pub async fn start(
         all
     };
     Ok(Started {
-        proxy,
+        control,
         stores,
         done,
     })
@@ -103,17 +104,19 @@ pub async fn start(
 struct Worker {
     config: Config,
     shared: SharedStore,
+    control: Control,
     stop: watch::Receiver<bool>,
 }
 
 impl Worker {
-    /// The worker thread's life: build its runtime and store, hand the store over,
-    /// receive its proxy, serve until drained.
+    /// The worker thread's life: build its runtime and store, hand the store over (the
+    /// admin asks every worker's), wait for every worker to have started, build its
+    /// proxy, serve until drained.
     fn run(
         self,
         incoming: server::Incoming,
         store_tx: oneshot::Sender<Result<Store, StartError>>,
-        proxy_rx: oneshot::Receiver<Proxy>,
+        go: oneshot::Receiver<()>,
     ) -> bool {
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -128,14 +131,12 @@ impl Worker {
         runtime.block_on(async move {
             let store = self.shared.for_worker(&self.config.store).await;
             let store = store.map_err(StartError::from);
-            let failed = store.is_err();
+            let mine = store.as_ref().ok().cloned();
             let _ = store_tx.send(store);
-            let Ok(proxy) = proxy_rx.await else {
+            let (Ok(()), Some(store)) = (go.await, mine) else {
                 return false;
             };
-            if failed {
-                return false;
-            }
+            let proxy = self.control.worker_proxy(store);
             let mut stop = self.stop;
             let stopped = async move {
                 let _ = stop.wait_for(|stop| *stop).await;

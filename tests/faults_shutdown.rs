@@ -143,7 +143,12 @@ async fn call_past_the_grace_keeps_its_lease() {
         tokio::spawn(
             async move { try_send("POST", &u, &[("x-mock-delay-ms", "5000")], "{}").await },
         );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The call is running upstream (not merely sent) before the drain starts.
+    let asked = Instant::now();
+    while env.upstream.executions("charge:late") == 0 {
+        assert!(asked.elapsed() < Duration::from_secs(5), "never forwarded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let signalled = Instant::now();
     a.signal("TERM");
     let (status, exited) = exit_of(a, Duration::from_secs(5)).await;

@@ -18,13 +18,15 @@ use tokio::sync::oneshot;
 
 use super::body::{ProxyBody, UpstreamBody};
 use super::capture::Capture;
+use super::decide::{settle, Exchanged, Settle};
 use super::headers::strip_hop_by_hop;
 use super::lease::{renewing, LeaseHolder};
 use super::outbound::Outbound;
-use super::{problem, Inner};
-use crate::config::{OnAmbiguous, OnConcurrent, RoutePolicy};
+use super::{problem, Worker};
+use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::store::{Record, StoredResponse};
+use crate::upstream::Sent;
 
 /// One owned reservation about to be executed upstream.
 pub struct Call {
@@ -37,105 +39,96 @@ pub struct Call {
 
 /// Start the call; the receiver yields the response for the caller (streaming, or a
 /// problem). Dropping the receiver does not stop the call.
-pub fn spawn(inner: &Arc<Inner>, call: Call) -> oneshot::Receiver<Response<ProxyBody>> {
+pub fn spawn(worker: &Arc<Worker>, call: Call) -> oneshot::Receiver<Response<ProxyBody>> {
     let (reply, rx) = oneshot::channel();
     // Boxed where it is made: the call's future is ~9 KB, and spawning moves (copies)
     // a future by value several times on its way into the task.
-    inner.tasks.spawn(Box::pin(run(inner.clone(), call, reply)));
+    worker
+        .tasks
+        .spawn(Box::pin(run(worker.clone(), call, reply)));
     rx
 }
 
-/// How the exchange with the upstream ended.
-enum Exchange {
-    /// Connection refused / not sent: nothing happened upstream.
-    NotSent { out: Outbound },
-    /// Sent, but no complete answer (timeout, reset, stalled body): the effect may
-    /// or may not have happened.
-    Ambiguous { reason: String, out: Outbound },
-    /// A complete response. `out` still holds its end (and the head, if nothing has gone
-    /// out yet).
-    Finished {
-        stored: Option<StoredResponse>,
-        out: Outbound,
-    },
+/// How the exchange with the upstream ended, with what settling it needs.
+struct Ended {
+    exchanged: Exchanged,
+    /// Why the outcome is unknown or nothing was sent (logged; ends the caller's body).
+    reason: String,
+    /// The response to record, when the route stores its status.
+    stored: Option<StoredResponse>,
+    /// The caller's side: its end (and the head, if nothing went out yet) still held.
+    out: Outbound,
 }
 
-async fn run(inner: Arc<Inner>, call: Call, reply: oneshot::Sender<Response<ProxyBody>>) {
+async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<ProxyBody>>) {
     let Call {
         policy,
         key,
         record,
         request,
     } = call;
-    inner.metrics.inflight.inc();
+    worker.metrics.inflight.inc();
     let started = Instant::now();
     let waiters = policy.on_concurrent == OnConcurrent::Wait;
-    let holder = LeaseHolder::new(inner.clone(), key, record, policy.lease, waiters);
-    let out = Outbound::new(reply, inner.upstream.timeout);
-    let work = std::pin::pin!(exchange(&inner, &policy, request, out));
-    let (holder, exchange) = renewing(holder, work).await;
-    inner
+    let holder = LeaseHolder::new(worker.clone(), key, record, policy.lease, waiters);
+    let out = Outbound::new(reply, worker.upstream.timeout);
+    let work = std::pin::pin!(exchange(&worker, &policy, request, out));
+    let (holder, ended) = renewing(holder, work).await;
+    worker
         .metrics
         .upstream_duration
         .observe(started.elapsed().as_secs_f64());
 
-    match exchange {
-        Exchange::NotSent { mut out } => {
-            holder.release().await;
-            let reason = "upstream unavailable".to_owned();
-            out.fail(problem::upstream_unavailable().into_response(), reason)
-                .await;
+    let Ended {
+        exchanged,
+        reason,
+        stored,
+        mut out,
+    } = ended;
+    let settled = settle(exchanged, &policy);
+    let held_for = (settled == Settle::Hold).then(|| holder.remaining_secs());
+    match (settled, stored) {
+        (Settle::Store, Some(response)) => holder.complete(response, policy.retention).await,
+        (Settle::Hold, _) => {}
+        _ => holder.release().await,
+    }
+    match exchanged {
+        Exchanged::Answered(_) => out.finish().await,
+        Exchanged::NotSent => {
+            let p = problem::upstream_unavailable();
+            out.fail(p.into_response(), reason).await;
         }
-        Exchange::Ambiguous { reason, mut out } => {
+        Exchanged::Ambiguous => {
             tracing::warn!(key = %key, %reason, "upstream outcome unknown");
-            let held_for = match policy.on_ambiguous {
-                OnAmbiguous::Hold => Some(holder.remaining_secs()),
-                OnAmbiguous::Release => {
-                    holder.release().await;
-                    None
-                }
-            };
-            out.fail(problem::upstream_timeout(held_for).into_response(), reason)
-                .await;
-        }
-        Exchange::Finished { stored, mut out } => {
-            match stored {
-                Some(response) => holder.complete(response, policy.retention).await,
-                None => holder.release().await,
-            }
-            out.finish().await;
+            let p = problem::upstream_timeout(held_for);
+            out.fail(p.into_response(), reason).await;
         }
     }
-    inner.metrics.inflight.dec();
+    worker.metrics.inflight.dec();
 }
 
 async fn exchange(
-    inner: &Inner,
+    worker: &Worker,
     policy: &RoutePolicy,
     request: Request<UpstreamBody>,
     mut out: Outbound,
-) -> Exchange {
-    let timeout = inner.upstream.timeout;
-    let response = match tokio::time::timeout(timeout, inner.client.request(request)).await {
-        Err(_) => {
-            return Exchange::Ambiguous {
-                reason: format!("no response head within {timeout:?}"),
-                out,
-            }
-        }
-        Ok(Err(e)) if e.is_connect() => return Exchange::NotSent { out },
-        Ok(Err(e)) => {
-            return Exchange::Ambiguous {
-                reason: format!("upstream error: {e}"),
-                out,
-            }
-        }
-        Ok(Ok(response)) => response,
+) -> Ended {
+    let timeout = worker.upstream.timeout;
+    let unanswered = |exchanged, reason, out| Ended {
+        exchanged,
+        reason,
+        stored: None,
+        out,
+    };
+    let response = match worker.client.send(request, timeout).await {
+        Sent::NotSent(e) => return unanswered(Exchanged::NotSent, e.to_string(), out),
+        Sent::Ambiguous(reason) => return unanswered(Exchanged::Ambiguous, reason, out),
+        Sent::Answered(response) => response,
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let status = parts.status.as_u16();
-    let storable = policy.store_statuses.contains(status);
+    let storable = settle(Exchanged::Answered(status), policy) == Settle::Store;
     let mut capture =
         storable.then(|| Capture::new(policy.max_response_bytes, body.size_hint().exact()));
     let stored_headers: Vec<_> = parts
@@ -146,14 +139,19 @@ async fn exchange(
     out.set_head(Response::from_parts(parts, ()), body.size_hint());
 
     if let Err(reason) = pump(body, timeout, &mut capture, &mut out).await {
-        return Exchange::Ambiguous { reason, out };
+        return unanswered(Exchanged::Ambiguous, reason, out);
     }
     let stored = capture.map(|c| StoredResponse {
         status,
         headers: stored_headers,
         body: c.finish(),
     });
-    Exchange::Finished { stored, out }
+    Ended {
+        exchanged: Exchanged::Answered(status),
+        reason: String::new(),
+        stored,
+        out,
+    }
 }
 
 /// Copy upstream frames to the caller as they come, keeping a capture.

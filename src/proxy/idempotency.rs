@@ -11,19 +11,21 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::body::ProxyBody;
+use super::decide::{decide, Decision};
 use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
-use super::lease::{release_orphan, retry_after_secs};
+use super::lease::release_orphan;
 use super::problem::{self, Problem};
 use super::replay::replay;
-use super::{forward_unprotected, Inner};
+use super::{forward_unprotected, Worker};
 use crate::body::BodyView;
-use crate::config::{OnConcurrent, OnFailure, OnStoreError, RoutePolicy};
+use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::metrics::{Outcome, StoreOp};
 use crate::route::Captures;
-use crate::store::{Record, RecordState, Reserve, StoreError};
+use crate::store::record::now_ms;
+use crate::store::{Record, Reserve, StoreError};
 
 /// What the pipeline needs to answer and log one protected request.
 pub struct Handled {
@@ -38,7 +40,7 @@ pub struct Handled {
 
 /// One protected request on its way through the flow.
 struct Flow<'a> {
-    inner: &'a Arc<Inner>,
+    worker: &'a Arc<Worker>,
     policy: Arc<RoutePolicy>,
     parts: request::Parts,
     body: BodyView,
@@ -49,7 +51,7 @@ struct Flow<'a> {
 }
 
 pub async fn protect(
-    inner: &Arc<Inner>,
+    worker: &Arc<Worker>,
     policy: Arc<RoutePolicy>,
     captures: Captures,
     parts: request::Parts,
@@ -58,9 +60,9 @@ pub async fn protect(
     on_store_error: OnStoreError,
 ) -> Handled {
     let limit = policy.max_request_bytes;
-    let raw = read_body(body, &parts.headers, limit, inner.upstream.timeout).await;
+    let raw = read_body(body, &parts.headers, limit, worker.upstream.timeout).await;
     let mut flow = Flow {
-        inner,
+        worker,
         policy,
         parts,
         body: BodyView::new(raw.as_ref().cloned().unwrap_or_default()),
@@ -87,17 +89,18 @@ pub async fn protect(
 }
 
 impl Flow<'_> {
-    /// Reserve, and decide as winner or loser; loops only to wait or to retry a race.
+    /// Reserve, and act on the decision ([`decide`]) as winner or loser; loops only to
+    /// wait or to retry a lost race for a new attempt.
     async fn reserve(mut self, intent: Intent) -> Handled {
         let policy = self.policy.clone();
+        let waits = policy.on_concurrent == OnConcurrent::Wait;
         let deadline = Instant::now() + policy.wait_timeout;
         loop {
             // Watch before reading, so a completion between the read and the wait is seen.
-            let mut watch = (policy.on_concurrent == OnConcurrent::Wait)
-                .then(|| self.inner.store.watch(&intent.store_key));
+            let mut watch = waits.then(|| self.worker.store.watch(&intent.store_key));
             let mine = intent.reservation(&policy);
-            let inner = self.inner;
-            let store = &inner.store;
+            let worker = self.worker;
+            let store = &worker.store;
             let reserved = self
                 .timed(
                     StoreOp::reserve,
@@ -108,27 +111,22 @@ impl Flow<'_> {
                 Err(e) => {
                     let refused = self.on_store_error == OnStoreError::Reject;
                     if refused && matches!(e, StoreError::Timeout(_)) {
-                        release_orphan(self.inner, intent.store_key, mine.token, policy.lease);
+                        release_orphan(self.worker, intent.store_key, mine.token, policy.lease);
                     }
                     return self.store_failed(e).await;
                 }
                 Ok(Reserve::Won) => return self.forward(&intent, mine).await,
                 Ok(Reserve::Exists(existing)) => existing,
             };
-            // Credentials first: a stranger learns nothing about the request.
-            if existing.credentials != intent.credentials {
-                return self.refuse(problem::credential_mismatch(), Outcome::rejected);
-            }
-            if existing.fingerprint != intent.fingerprint {
-                return self.refuse(problem::key_reused(), Outcome::mismatch);
-            }
-            match (existing.state, &existing.response) {
-                (RecordState::Completed, Some(stored)) => {
-                    let failed = (400..500).contains(&stored.status);
-                    if !(failed && policy.on_failure == OnFailure::Retry) {
-                        return self.replay(replay(stored));
-                    }
-                    // A stored 4xx with `on_failure: retry`: take over for a new attempt.
+            let now = Instant::now();
+            let may_wait = waits && now < deadline;
+            match decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms()) {
+                Decision::Won => return self.forward(&intent, mine).await,
+                Decision::Replay { stored, body } => {
+                    return self.answer(replay(stored, body), Outcome::replayed)
+                }
+                Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
+                Decision::NewAttempt => {
                     let next = existing.next_attempt(policy.lease);
                     let taken = store.replace_if_owner(
                         &intent.store_key,
@@ -139,20 +137,15 @@ impl Flow<'_> {
                     );
                     match self.timed(StoreOp::takeover, taken).await {
                         Ok(true) => return self.forward(&intent, next).await,
+                        // Another duplicate took it over first: look again.
                         Ok(false) => continue,
                         Err(e) => return self.store_failed(e).await,
                     }
                 }
-                _ => {
-                    let now = Instant::now();
-                    let Some(watch) = watch.as_mut().filter(|_| now < deadline) else {
-                        let p = problem::in_progress(&policy.name, retry_after_secs(&existing));
-                        return self.refuse(p, Outcome::conflict);
+                Decision::Wait { nap } => {
+                    let Some(watch) = watch.as_mut() else {
+                        continue;
                     };
-                    // Wake on completion (pub/sub), at the lease's end (its owner may have
-                    // died), or after a second as a safety net against a lost notification.
-                    let nap = (existing.remaining() + Duration::from_millis(5))
-                        .min(Duration::from_secs(1));
                     tokio::select! {
                         _ = watch.changed() => {}
                         _ = tokio::time::sleep_until((now + nap).min(deadline).into()) => {}
@@ -168,7 +161,7 @@ impl Flow<'_> {
         let upstream_key = key::upstream_key(&intent.key, record.attempt);
         let key_value = key::forward_key_value(&upstream_key, policy.forward_key_format);
         let request = upstream_request(
-            &self.inner.upstream.url,
+            &self.worker.upstream.url,
             self.parts,
             Either::Left(Full::new(self.body.raw().clone())),
             self.client_ip,
@@ -181,7 +174,7 @@ impl Flow<'_> {
             request,
         };
         let started = Instant::now();
-        let response = match execute::spawn(self.inner, call).await {
+        let response = match execute::spawn(self.worker, call).await {
             Ok(response) => response,
             Err(_) => problem::upstream_unavailable().into_response(),
         };
@@ -191,14 +184,6 @@ impl Flow<'_> {
             key: self.key,
             store_time: self.store_time,
             upstream_time: Some(started.elapsed()),
-        }
-    }
-
-    fn replay(self, replayed: Result<Response<ProxyBody>, Problem>) -> Handled {
-        match replayed {
-            Ok(response) => self.answer(response, Outcome::replayed),
-            // Completed, but the body was too large to keep: never a second execution.
-            Err(p) => self.refuse(p, Outcome::conflict),
         }
     }
 
@@ -220,7 +205,7 @@ impl Flow<'_> {
     async fn unprotected(self, outcome: Outcome) -> Handled {
         let body = Either::Left(Full::new(self.body.raw().clone()));
         let started = Instant::now();
-        let response = forward_unprotected(self.inner, self.parts, body, self.client_ip).await;
+        let response = forward_unprotected(self.worker, self.parts, body, self.client_ip).await;
         Handled {
             response,
             outcome,
@@ -249,7 +234,7 @@ impl Flow<'_> {
         let started = Instant::now();
         let out = fut.await;
         let took = started.elapsed();
-        self.inner.metrics.store_op(op, took);
+        self.worker.metrics.store_op(op, took);
         self.store_time += took;
         out
     }

@@ -8,13 +8,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Inner;
+use super::decide::retry_after_secs;
+use super::Worker;
 use crate::key::StoreKey;
 use crate::metrics::StoreOp;
+use crate::store::record::now_ms;
 use crate::store::{Record, StoredResponse, Token};
 
 pub struct LeaseHolder {
-    inner: Arc<Inner>,
+    worker: Arc<Worker>,
     key: StoreKey,
     record: Record,
     lease: Duration,
@@ -28,14 +30,14 @@ pub struct LeaseHolder {
 
 impl LeaseHolder {
     pub fn new(
-        inner: Arc<Inner>,
+        worker: Arc<Worker>,
         key: StoreKey,
         record: Record,
         lease: Duration,
         notify: bool,
     ) -> Self {
         LeaseHolder {
-            inner,
+            worker,
             key,
             record,
             lease,
@@ -46,24 +48,24 @@ impl LeaseHolder {
 
     /// Seconds until the current lease ends (at least 1).
     pub fn remaining_secs(&self) -> u64 {
-        retry_after_secs(&self.record)
+        retry_after_secs(&self.record, now_ms())
     }
 
     async fn renew(&mut self) {
         let record = self.record.renewed(self.lease);
         let started = Instant::now();
         let result = self
-            .inner
+            .worker
             .store
             .replace_if_owner(&self.key, &self.record.token, &record, self.lease, false)
             .await;
-        self.inner
+        self.worker
             .metrics
             .store_op(StoreOp::renew, started.elapsed());
         match result {
             Ok(true) => {
                 self.record = record;
-                self.inner.metrics.lease_renewals.inc();
+                self.worker.metrics.lease_renewals.inc();
             }
             Ok(false) => {
                 tracing::warn!(key = %self.key, "lease lost to another owner; renewals stop");
@@ -77,11 +79,11 @@ impl LeaseHolder {
     pub async fn release(&self) {
         let started = Instant::now();
         let result = self
-            .inner
+            .worker
             .store
             .release_if_owner(&self.key, &self.record.token)
             .await;
-        self.inner
+        self.worker
             .metrics
             .store_op(StoreOp::release, started.elapsed());
         if let Err(e) = result {
@@ -96,7 +98,7 @@ impl LeaseHolder {
         let record = self.record.completed(response, retention);
         let started = Instant::now();
         let result = self.write_completion(&record, retention).await;
-        self.inner
+        self.worker
             .metrics
             .store_op(StoreOp::complete, started.elapsed());
         match result {
@@ -105,14 +107,14 @@ impl LeaseHolder {
             Err(e) => {
                 tracing::warn!(key = %self.key, error = %e, "completion write failed; retrying");
                 let retry = LeaseHolder {
-                    inner: self.inner.clone(),
+                    worker: self.worker.clone(),
                     key: self.key,
                     record: self.record.clone(),
                     lease: self.lease,
                     owned: self.owned,
                     notify: self.notify,
                 };
-                self.inner
+                self.worker
                     .tasks
                     .spawn(async move { retry.retry_completion(record, retention).await });
             }
@@ -124,7 +126,7 @@ impl LeaseHolder {
         record: &Record,
         retention: Duration,
     ) -> Result<bool, crate::store::StoreError> {
-        self.inner
+        self.worker
             .store
             .replace_if_owner(
                 &self.key,
@@ -159,7 +161,7 @@ impl LeaseHolder {
     }
 
     fn stale(&self) {
-        self.inner.metrics.stale_completions.inc();
+        self.worker.metrics.stale_completions.inc();
         tracing::warn!(key = %self.key, "completion refused: the lease was taken over by another owner");
     }
 }
@@ -183,13 +185,6 @@ pub async fn renewing<F: Future>(
     }
 }
 
-/// Whole seconds until `record`'s lease or retention ends, at least 1 (`Retry-After`).
-pub fn retry_after_secs(record: &Record) -> u64 {
-    (record.remaining().as_millis() as u64)
-        .div_ceil(1000)
-        .max(1)
-}
-
 /// Orphan releases pending at once; past this, an orphan just expires with its lease.
 const MAX_PENDING_ORPHANS: usize = 1_000;
 
@@ -201,20 +196,20 @@ const MAX_PENDING_ORPHANS: usize = 1_000;
 ///
 /// A `0` ("not ours / absent") may come before a late `SET` on another connection, so
 /// the release is only trusted after two such answers at least 500 ms apart.
-pub fn release_orphan(inner: &Arc<Inner>, key: StoreKey, token: Token, lease: Duration) {
+pub fn release_orphan(worker: &Arc<Worker>, key: StoreKey, token: Token, lease: Duration) {
     use std::sync::atomic::Ordering;
-    if inner.orphans.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_ORPHANS {
-        inner.orphans.fetch_sub(1, Ordering::Relaxed);
+    if worker.orphans.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_ORPHANS {
+        worker.orphans.fetch_sub(1, Ordering::Relaxed);
         return;
     }
-    let inner = inner.clone();
+    let worker = worker.clone();
     tokio::spawn(async move {
         let deadline = Instant::now() + lease;
         let mut backoff = Duration::from_millis(100);
         let mut absent_since: Option<Instant> = None;
         while Instant::now() + backoff < deadline {
             tokio::time::sleep(backoff).await;
-            match inner.store.release_if_owner(&key, &token).await {
+            match worker.store.release_if_owner(&key, &token).await {
                 Ok(true) => {
                     tracing::info!(key = %key, "released a reservation applied after its timeout");
                     break;
@@ -228,6 +223,6 @@ pub fn release_orphan(inner: &Arc<Inner>, key: StoreKey, token: Token, lease: Du
                 Err(_) => backoff = (backoff * 2).min(Duration::from_millis(500)),
             }
         }
-        inner.orphans.fetch_sub(1, Ordering::Relaxed);
+        worker.orphans.fetch_sub(1, Ordering::Relaxed);
     });
 }

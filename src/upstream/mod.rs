@@ -50,6 +50,17 @@ impl UpstreamError {
     }
 }
 
+/// What became of a request sent upstream, as far as its response head: the outcome
+/// classes of SPEC §1 that protected and unprotected forwarding both act on.
+pub enum Sent {
+    /// Nothing reached the upstream (refused, connect timeout, TLS handshake).
+    NotSent(UpstreamError),
+    /// Sent, then no head in time or the exchange failed: the effect may have happened.
+    Ambiguous(String),
+    /// The response head; its body streams.
+    Answered(Response<ResponseBody>),
+}
+
 #[derive(Clone)]
 pub struct UpstreamClient {
     connector: HttpsConnector<HttpConnector>,
@@ -113,6 +124,16 @@ impl UpstreamClient {
                     return Err(UpstreamError::Connect("upstream connection closed".into()))
                 }
             }
+        }
+    }
+
+    /// Send `request`, waiting at most `timeout` for the head, and classify the result.
+    pub async fn send(&self, request: Request<UpstreamBody>, timeout: Duration) -> Sent {
+        match tokio::time::timeout(timeout, self.request(request)).await {
+            Ok(Ok(response)) => Sent::Answered(response),
+            Ok(Err(e)) if e.is_connect() => Sent::NotSent(e),
+            Ok(Err(e)) => Sent::Ambiguous(e.to_string()),
+            Err(_) => Sent::Ambiguous(format!("no response head within {timeout:?}")),
         }
     }
 

@@ -1,0 +1,137 @@
+//! The control side of the proxy, built before the workers start: the configuration
+//! every worker serves from, its generation, SIGHUP reloads and the shared metrics.
+//! Each worker builds its own [`Proxy`] from it ([`Control::worker_proxy`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use tokio_util::task::TaskTracker;
+
+use super::{Proxy, Worker};
+use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
+use crate::metrics::{Metrics, RouteCounters};
+use crate::route::RouteTable;
+use crate::store::Store;
+use crate::upstream::UpstreamClient;
+
+/// The part of the configuration a reload swaps, as one worker reads it.
+pub struct Reloadable {
+    pub routes: RouteTable,
+    /// Request counters per route name, built with the route table.
+    pub counters: HashMap<String, Arc<RouteCounters>>,
+    pub default: DefaultAction,
+    pub on_store_error: OnStoreError,
+    pub generation: u64,
+}
+
+/// Reload, generation and metrics for every worker: cheap to clone.
+#[derive(Clone)]
+pub struct Control {
+    metrics: Metrics,
+    state: Arc<Mutex<State>>,
+    /// Background releases of reservations that timed out, across workers.
+    orphans: Arc<AtomicUsize>,
+}
+
+/// Each worker reads a copy of the reloadable configuration of its own (its own `Arc`s
+/// down to the route policies): the reference counts a request bumps are then only
+/// ever touched by one core. A reload rebuilds every copy from the new configuration.
+struct State {
+    config: Config,
+    generation: u64,
+    copies: Vec<Arc<ArcSwap<Reloadable>>>,
+}
+
+impl Control {
+    pub fn new(config: &Config, metrics: Metrics) -> Control {
+        metrics.config_generation.set(1);
+        let state = State {
+            config: config.clone(),
+            generation: 1,
+            copies: Vec::new(),
+        };
+        Control {
+            metrics,
+            state: Arc::new(Mutex::new(state)),
+            orphans: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// A worker's proxy: `store` (a handle made on that worker's runtime), upstream
+    /// connections and detached calls of its own, and a copy of the configuration that
+    /// reloads keep current. Call it on the worker's runtime.
+    pub fn worker_proxy(&self, store: Store) -> Proxy {
+        let mut state = self.lock();
+        let copy = Arc::new(ArcSwap::from_pointee(reloadable(
+            &state.config,
+            state.generation,
+            &self.metrics,
+        )));
+        state.copies.push(copy.clone());
+        Proxy {
+            worker: Arc::new(Worker {
+                reloadable: copy,
+                store,
+                client: UpstreamClient::new(&state.config.upstream),
+                upstream: state.config.upstream.clone(),
+                metrics: self.metrics.clone(),
+                // The worker's own: its detached calls run on its runtime, so its drain
+                // waits for them (and only them), and spawning one touches no counter
+                // another core shares.
+                tasks: TaskTracker::new(),
+                orphans: self.orphans.clone(),
+            }),
+        }
+    }
+
+    /// Swap in the routes of a newly loaded configuration; in-flight requests finish
+    /// with the routes they started with. Returns the new generation.
+    pub fn reload(&self, config: &Config) -> u64 {
+        let mut state = self.lock();
+        state.generation += 1;
+        state.config = config.clone();
+        for copy in &state.copies {
+            copy.store(Arc::new(reloadable(
+                config,
+                state.generation,
+                &self.metrics,
+            )));
+        }
+        self.metrics.config_generation.set(state.generation as i64);
+        state.generation
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn reloadable(config: &Config, generation: u64, metrics: &Metrics) -> Reloadable {
+    let counters = config
+        .routes
+        .iter()
+        .map(|r| (r.name.clone(), metrics.route_counters(&r.name)))
+        .collect();
+    // Deep copies: each worker's policies are its own (see `State`).
+    let policies = config
+        .routes
+        .iter()
+        .map(|r| Arc::new(RoutePolicy::clone(r)));
+    Reloadable {
+        routes: RouteTable::new(policies.collect()),
+        counters,
+        default: config.default,
+        on_store_error: config.store.on_error,
+        generation,
+    }
+}

@@ -1,0 +1,150 @@
+//! SPEC §1's two decisions as pure functions, the flow doing only the I/O around them:
+//! - [`decide`]: a duplicate's — given the record already under the key, this request's
+//!   intent and the route's policy, what the flow does next (replay, refuse, wait, take
+//!   over for a new attempt). No I/O and no clock: the flow passes the wall-clock time
+//!   and whether it may still wait.
+//! - [`settle`]: the winner's — the outcome classes, what a finished exchange with the
+//!   upstream does to the reservation (store, release, hold).
+//!
+//! An expired lease never reaches this table: taking it over is the store's atomic
+//! reservation (Redis drops the key at `PX`, the memory store at its deadline, the SQL
+//! store's insert replaces an expired row). A waiting duplicate naps until the lease's
+//! end at the latest, then reserves again — that is where it takes over a dead owner.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::intent::Intent;
+use super::problem::{self, Problem};
+use crate::config::{OnAmbiguous, OnFailure, RoutePolicy};
+use crate::metrics::Outcome;
+use crate::store::{Record, RecordState, StoredResponse, Token};
+
+/// The longest a waiting duplicate sleeps between looks at the record: a safety net
+/// against a lost wake-up notification.
+pub const MAX_NAP: Duration = Duration::from_secs(1);
+
+/// What to do about the record found under the key.
+#[derive(Debug)]
+pub enum Decision<'r> {
+    /// The record is this request's own reservation (the client layer retried a
+    /// reservation whose reply was lost): it won.
+    Won,
+    /// Completed, same request, same credentials: answer with the stored response
+    /// (`body` is its body: a record kept without one is refused instead).
+    Replay {
+        stored: &'r StoredResponse,
+        body: &'r Bytes,
+    },
+    /// A stored 4xx under `on_failure: retry`: take the record over for the next
+    /// attempt (a compare-and-swap on its token; of several duplicates one wins).
+    NewAttempt,
+    /// Still in progress and the route waits: wait for a change, at most `nap`.
+    Wait { nap: Duration },
+    /// Answer with this problem, counted as `outcome`.
+    Refuse(Problem, Outcome),
+}
+
+/// Decide about `existing`, found under this intent's key while reserving with `own`.
+/// `may_wait`: the route has `on_concurrent: wait` and its `wait_timeout` has not passed.
+pub fn decide<'r>(
+    existing: &'r Record,
+    intent: &Intent,
+    own: &Token,
+    policy: &RoutePolicy,
+    may_wait: bool,
+    now_ms: u64,
+) -> Decision<'r> {
+    if existing.token == *own {
+        return Decision::Won;
+    }
+    // Credentials first: a stranger learns nothing about the request.
+    if existing.credentials != intent.credentials {
+        return Decision::Refuse(problem::credential_mismatch(), Outcome::rejected);
+    }
+    if existing.fingerprint != intent.fingerprint {
+        return Decision::Refuse(problem::key_reused(), Outcome::mismatch);
+    }
+    match (existing.state, &existing.response) {
+        (RecordState::Completed, Some(stored)) => {
+            let failed = (400..500).contains(&stored.status);
+            match &stored.body {
+                _ if failed && policy.on_failure == OnFailure::Retry => Decision::NewAttempt,
+                Some(body) => Decision::Replay { stored, body },
+                // Completed, but too large to keep: never a second execution.
+                None => {
+                    let p = problem::response_not_stored(stored.status);
+                    Decision::Refuse(p, Outcome::conflict)
+                }
+            }
+        }
+        // In progress (a completed record always carries its response).
+        _ if may_wait => {
+            // Wake on completion, at the lease's end (its owner may have died), or after
+            // `MAX_NAP` as a safety net.
+            let nap = remaining(existing, now_ms) + Duration::from_millis(5);
+            Decision::Wait {
+                nap: nap.min(MAX_NAP),
+            }
+        }
+        _ => {
+            let p = problem::in_progress(&policy.name, retry_after_secs(existing, now_ms));
+            Decision::Refuse(p, Outcome::conflict)
+        }
+    }
+}
+
+/// Time left on `record`'s lease (in progress) or retention (completed).
+pub fn remaining(record: &Record, now_ms: u64) -> Duration {
+    Duration::from_millis(record.expires_at_ms.saturating_sub(now_ms))
+}
+
+/// Whole seconds until `record`'s lease or retention ends, at least 1 (`Retry-After`).
+pub fn retry_after_secs(record: &Record, now_ms: u64) -> u64 {
+    (remaining(record, now_ms).as_millis() as u64)
+        .div_ceil(1000)
+        .max(1)
+}
+
+/// How the winner's exchange with the upstream ended (SPEC §1, outcome classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchanged {
+    /// Connection refused, nothing sent: nothing happened upstream.
+    NotSent,
+    /// Sent, but no complete answer (timeout, reset, a stalled or broken body): the
+    /// effect may or may not have happened.
+    Ambiguous,
+    /// A complete answer with this status.
+    Answered(u16),
+}
+
+/// What becomes of the winner's reservation once its exchange has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Store the outcome as the record's completion (replayed to every repeat).
+    Store,
+    /// Delete the reservation: a retry is forwarded again, with the same upstream key.
+    Release,
+    /// Keep the reservation, unrenewed, until its lease ends: repeats get 409 meanwhile,
+    /// then one retry is forwarded with the same upstream key.
+    Hold,
+}
+
+/// The outcome classes of SPEC §1: what a finished exchange does to the reservation.
+pub fn settle(exchanged: Exchanged, policy: &RoutePolicy) -> Settle {
+    match exchanged {
+        Exchanged::NotSent => Settle::Release,
+        Exchanged::Ambiguous => match policy.on_ambiguous {
+            OnAmbiguous::Hold => Settle::Hold,
+            OnAmbiguous::Release => Settle::Release,
+        },
+        // 2xx and definitive 4xx by default; 408/409/425/429 never (`StatusSet`).
+        Exchanged::Answered(status) if policy.store_statuses.contains(status) => Settle::Store,
+        Exchanged::Answered(_) => Settle::Release,
+    }
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,207 @@
+//! Every row of SPEC §1's loser cases (step 4) and outcome classes, without sockets.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+
+use super::*;
+use crate::config::{OnAmbiguous, OnFailure, StatusSet};
+use crate::key::StoreKey;
+use crate::route::tests::policy;
+
+const NOW: u64 = 1_800_000_000_000;
+
+fn route() -> RoutePolicy {
+    policy(
+        "charge",
+        &[Method::POST],
+        "/charge/{id}",
+        &["charge:{path.id}"],
+    )
+}
+
+fn intent() -> Intent {
+    Intent {
+        key: "charge:1".into(),
+        scope: String::new(),
+        store_key: StoreKey::new("charge", "", "charge:1"),
+        fingerprint: [1; 32],
+        credentials: [2; 32],
+    }
+}
+
+/// Someone else's reservation of the same intent, `left_ms` before its lease ends.
+fn in_progress(left_ms: u64) -> Record {
+    let i = intent();
+    let mut r = Record::in_progress(
+        "charge",
+        "",
+        &i.key,
+        i.fingerprint,
+        i.credentials,
+        Duration::from_secs(30),
+    );
+    r.expires_at_ms = NOW + left_ms;
+    r
+}
+
+fn completed(status: u16, body: Option<&'static str>) -> Record {
+    let stored = StoredResponse {
+        status,
+        headers: vec![],
+        body: body.map(|b| Bytes::from_static(b.as_bytes())),
+    };
+    let mut r = in_progress(0).completed(stored, Duration::from_secs(3600));
+    r.expires_at_ms = NOW + 3_600_000;
+    r
+}
+
+fn mine() -> Token {
+    Token::random()
+}
+
+fn refused(d: Decision<'_>) -> (u16, String, Outcome) {
+    match d {
+        Decision::Refuse(p, outcome) => (p.status.as_u16(), p.code.to_string(), outcome),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn completed_same_request_is_replayed() {
+    let r = completed(201, Some("{}"));
+    let d = decide(&r, &intent(), &mine(), &route(), false, NOW);
+    assert!(matches!(d, Decision::Replay { stored, .. } if stored.status == 201));
+}
+
+#[test]
+fn own_token_is_a_won_reservation_not_a_duplicate() {
+    let r = in_progress(30_000);
+    assert!(matches!(
+        decide(&r, &intent(), &r.token, &route(), false, NOW),
+        Decision::Won
+    ));
+}
+
+#[test]
+fn other_credentials_are_refused_before_anything_else_is_told() {
+    let mut r = completed(201, Some("{}"));
+    r.credentials = [9; 32];
+    r.fingerprint = [9; 32];
+    let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
+    assert_eq!((status, code.as_str()), (403, "credential_mismatch"));
+    assert_eq!(outcome, Outcome::rejected);
+}
+
+#[test]
+fn other_request_under_the_key_is_422_completed_or_in_progress() {
+    for mut r in [completed(201, Some("{}")), in_progress(5_000)] {
+        r.fingerprint = [9; 32];
+        let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
+        assert_eq!((status, code.as_str()), (422, "idempotency_key_reused"));
+        assert_eq!(outcome, Outcome::mismatch);
+    }
+}
+
+#[test]
+fn in_progress_conflicts_with_retry_after_from_the_lease() {
+    let cases = [(2_500, "3"), (30_000, "30"), (0, "1"), (1, "1")];
+    for (left_ms, retry_after) in cases {
+        let r = in_progress(left_ms);
+        let Decision::Refuse(p, outcome) = decide(&r, &intent(), &mine(), &route(), false, NOW)
+        else {
+            panic!("conflict expected")
+        };
+        assert_eq!((p.status.as_u16(), p.code), (409, "request_in_progress"));
+        assert_eq!(outcome, Outcome::conflict);
+        let response = p.into_response();
+        assert_eq!(response.headers()["retry-after"], retry_after, "{left_ms}");
+    }
+}
+
+#[test]
+fn in_progress_waits_until_the_lease_ends_at_most_a_second() {
+    for (left_ms, nap_ms) in [(200, 205), (30_000, 1_000), (0, 5)] {
+        let r = in_progress(left_ms);
+        match decide(&r, &intent(), &mine(), &route(), true, NOW) {
+            Decision::Wait { nap } => assert_eq!(nap, Duration::from_millis(nap_ms)),
+            other => panic!("wait expected, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn stored_failure_is_replayed_or_retried_per_on_failure() {
+    let r = completed(402, Some("declined"));
+    assert!(matches!(
+        decide(&r, &intent(), &mine(), &route(), false, NOW),
+        Decision::Replay { stored, .. } if stored.status == 402
+    ));
+    let mut retrying = route();
+    retrying.on_failure = OnFailure::Retry;
+    let d = decide(&r, &intent(), &mine(), &retrying, false, NOW);
+    assert!(matches!(d, Decision::NewAttempt));
+    // Even when the failure's body was too large to keep.
+    let big = completed(400, None);
+    let d = decide(&big, &intent(), &mine(), &retrying, false, NOW);
+    assert!(matches!(d, Decision::NewAttempt));
+}
+
+#[test]
+fn successes_are_always_replayed_even_under_on_failure_retry() {
+    let mut retrying = route();
+    retrying.on_failure = OnFailure::Retry;
+    for status in [200, 201, 204, 302] {
+        let r = completed(status, Some(""));
+        assert!(matches!(
+            decide(&r, &intent(), &mine(), &retrying, false, NOW),
+            Decision::Replay { .. }
+        ));
+    }
+}
+
+#[test]
+fn completed_without_its_body_is_409_naming_the_status_never_a_rerun() {
+    let r = completed(200, None);
+    let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
+    assert_eq!((status, code.as_str()), (409, "response_not_stored"));
+    assert_eq!(outcome, Outcome::conflict);
+}
+
+#[test]
+fn outcome_classes() {
+    let p = route();
+    for status in [200, 201, 204, 400, 402, 404, 422] {
+        assert_eq!(
+            settle(Exchanged::Answered(status), &p),
+            Settle::Store,
+            "{status}"
+        );
+    }
+    for status in [500, 502, 503, 504, 408, 409, 425, 429] {
+        assert_eq!(
+            settle(Exchanged::Answered(status), &p),
+            Settle::Release,
+            "{status}"
+        );
+    }
+    assert_eq!(settle(Exchanged::NotSent, &p), Settle::Release);
+    assert_eq!(settle(Exchanged::Ambiguous, &p), Settle::Hold);
+    let mut releasing = route();
+    releasing.on_ambiguous = OnAmbiguous::Release;
+    assert_eq!(settle(Exchanged::Ambiguous, &releasing), Settle::Release);
+}
+
+#[test]
+fn store_statuses_choose_what_is_stored_but_never_the_transient_four() {
+    let mut p = route();
+    p.store_statuses = StatusSet {
+        classes: [false, false, true, false, false, true],
+        codes: vec![409, 404],
+    };
+    assert_eq!(settle(Exchanged::Answered(503), &p), Settle::Store);
+    assert_eq!(settle(Exchanged::Answered(404), &p), Settle::Store);
+    assert_eq!(settle(Exchanged::Answered(402), &p), Settle::Release);
+    assert_eq!(settle(Exchanged::Answered(409), &p), Settle::Release);
+}
