@@ -9,14 +9,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
-use crate::config::{Backend, Config, StoreConfig};
+use crate::config::Config;
 use crate::proxy::Control;
-use crate::store::redis::{Events, RedisStore};
-use crate::store::{memory::MemoryStore, Store, StoreError};
+use crate::store::{SharedStore, StoreError};
 use crate::workers;
-
-/// Records the memory store keeps before evicting the soonest-expiring completed one.
-pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -39,38 +35,6 @@ pub struct Running {
     admin: Arc<Admin>,
     stop: watch::Sender<bool>,
     done: JoinHandle<bool>,
-}
-
-/// The process-wide part of the configured store, from which each worker thread builds
-/// its handle: the one memory map, or the one Redis event subscription (every worker
-/// then opens its own command connection on its own runtime).
-#[derive(Clone)]
-pub enum SharedStore {
-    Memory(Store),
-    Redis(Events),
-}
-
-impl SharedStore {
-    /// Starts the shared part. Redis connects in the background and reconnects by
-    /// itself, so idem starts (unready) even while Redis is down.
-    pub fn start(cfg: &StoreConfig) -> Result<SharedStore, StoreError> {
-        Ok(match cfg.backend {
-            Backend::Memory => {
-                SharedStore::Memory(Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)))
-            }
-            Backend::Redis => SharedStore::Redis(RedisStore::subscribe(&cfg.redis)?),
-        })
-    }
-
-    /// A store handle for the calling worker's runtime.
-    pub async fn for_worker(&self, cfg: &StoreConfig) -> Result<Store, StoreError> {
-        Ok(match self {
-            SharedStore::Memory(store) => store.clone(),
-            SharedStore::Redis(events) => {
-                Store::Redis(RedisStore::connect_sharing(&cfg.redis, events).await?)
-            }
-        })
-    }
 }
 
 /// Bind the listeners and start serving. Port 0 binds a free port (tests).

@@ -22,6 +22,7 @@ pub mod demo;
 pub mod key;
 pub mod loadtest;
 pub mod metrics;
+pub mod path;
 pub mod proxy;
 pub mod route;
 pub mod server;

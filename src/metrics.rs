@@ -181,7 +181,21 @@ impl Metrics {
             .inc();
     }
 
-    pub fn store_op(&self, op: StoreOp, took: Duration) {
+    /// Run one store round trip, recording its duration under `op`: the one place every
+    /// store call on the request path is timed. Returns the result and the time taken.
+    pub async fn time_store_op<T>(
+        &self,
+        op: StoreOp,
+        round_trip: impl std::future::Future<Output = T>,
+    ) -> (T, Duration) {
+        let started = std::time::Instant::now();
+        let out = round_trip.await;
+        let took = started.elapsed();
+        self.store_op(op, took);
+        (out, took)
+    }
+
+    fn store_op(&self, op: StoreOp, took: Duration) {
         self.store_ops[op as usize]
             .get_or_init(|| {
                 self.store_duration

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::body::BodyView;
 use crate::canonical;
-use crate::route::Captures;
+use crate::path::Captures;
 
 /// A parsed template: literal text and placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,7 +423,7 @@ fn parse_placeholder(inner: &str) -> Result<Source, TemplateError> {
         reason,
     };
     match kind {
-        "path" if crate::route::is_valid_name(name) => Ok(Source::Path(name.to_owned())),
+        "path" if crate::path::is_valid_name(name) => Ok(Source::Path(name.to_owned())),
         "path" => Err(invalid(
             "a path capture name has only letters, digits and `_`",
         )),

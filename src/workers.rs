@@ -16,11 +16,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 
-use crate::app::{SharedStore, StartError};
+use crate::app::StartError;
 use crate::config::Config;
 use crate::metrics::{Metrics, WorkerLabels};
 use crate::proxy::Control;
 use crate::server;
+use crate::store::SharedStore;
 use crate::store::Store;
 
 /// Started workers: the control side (admin, reload), every worker's store handle (the

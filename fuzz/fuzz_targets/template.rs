@@ -8,7 +8,7 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use idem::body::BodyView;
-use idem::route::PathTemplate;
+use idem::path::PathTemplate;
 use idem::template::{RequestView, Template};
 use libfuzzer_sys::fuzz_target;
 

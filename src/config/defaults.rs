@@ -16,7 +16,7 @@ use super::{
     OnAmbiguous, OnConcurrent, OnFailure, OnStoreError, RedisConfig, RedisMode, RoutePolicy,
     ServerConfig, StatusSet, StoreConfig, UpstreamConfig,
 };
-use crate::route::PathTemplate;
+use crate::path::PathTemplate;
 use crate::template::Template;
 
 pub const LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, Uri};
 
-use crate::route::PathTemplate;
+use crate::path::PathTemplate;
 use crate::template::{FieldPath, Template};
 
 /// The whole, validated configuration of one idem process.

@@ -12,7 +12,7 @@ use super::values;
 use super::walk::{At, Walker};
 use super::yaml::Node;
 use super::{OnConcurrent, RoutePolicy};
-use crate::route::PathTemplate;
+use crate::path::PathTemplate;
 
 /// A route as read, before it becomes a [`RoutePolicy`]; kept for cross-route checks.
 pub(crate) struct ReadRoute {

@@ -11,7 +11,7 @@ use super::routes::ReadRoute;
 use super::units::format_duration;
 use super::walk::{At, Walker};
 use super::{defaults, OnConcurrent};
-use crate::route::PathTemplate;
+use crate::path::PathTemplate;
 use crate::template::{Part, Template};
 
 /// Per-route checks on the merged settings (route, then `defaults:`).

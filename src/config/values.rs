@@ -4,7 +4,7 @@
 
 use http::{HeaderName, Method};
 
-use crate::route::PathTemplate;
+use crate::path::PathTemplate;
 use crate::template::{FieldPath, Template};
 
 /// An HTTP method, written in upper case as on the wire (`post` would never match).

@@ -1,7 +1,7 @@
 use super::*;
 use crate::config::RoutePolicy;
+use crate::path::Captures;
 use crate::route::tests::policy;
-use crate::route::Captures;
 use crate::template::{FieldPath, Template};
 use bytes::Bytes;
 
@@ -377,13 +377,13 @@ fn never_panics_on_odd_input() {
             .collect();
         inputs.extend(level.iter().cloned());
     }
-    let wildcard = crate::route::PathTemplate::parse("/{p*}").unwrap();
+    let wildcard = crate::path::PathTemplate::parse("/{p*}").unwrap();
     let everything = Template::parse("{query.a}{query.%}{body.a.0}{body_hash}").unwrap();
     let p = policy("r", &[Method::POST], "/{id}", &["{header.idempotency-key}"]);
     for s in &inputs {
         let _ = Template::parse(s);
         let _ = FieldPath::parse(s);
-        if let Ok(t) = crate::route::PathTemplate::parse(&format!("/{s}")) {
+        if let Ok(t) = crate::path::PathTemplate::parse(&format!("/{s}")) {
             let _ = t.matches(&format!("/{s}"));
             let _ = t.matches(s);
         }

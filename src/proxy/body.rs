@@ -8,7 +8,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tokio::sync::mpsc;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::upstream::{BoxError, UpstreamBody};
 
 /// The response body the proxy answers with: streamed upstream bodies, channel bodies
 /// fed by a detached upstream call, and in-memory replays/problems. An enum rather than
@@ -63,10 +63,6 @@ impl Body for ProxyBody {
         }
     }
 }
-
-/// The body sent upstream: the buffered body of a protected request, or the caller's
-/// streamed body on passthrough.
-pub type UpstreamBody = http_body_util::Either<Full<Bytes>, hyper::body::Incoming>;
 
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     ProxyBody::Full(Full::new(bytes.into()))

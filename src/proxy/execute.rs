@@ -22,7 +22,8 @@ use super::decide::{settle, Exchanged, Settle};
 use super::headers::strip_hop_by_hop;
 use super::lease::{renewing, LeaseHolder};
 use super::outbound::Outbound;
-use super::{problem, Worker};
+use super::problem::{self, ProblemFormat};
+use super::Worker;
 use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::store::{Record, StoredResponse};
@@ -31,6 +32,8 @@ use crate::upstream::Sent;
 /// One owned reservation about to be executed upstream.
 pub struct Call {
     pub policy: Arc<RoutePolicy>,
+    /// How a failure is answered, if the caller has had nothing yet.
+    pub format: ProblemFormat,
     pub key: StoreKey,
     /// Our in-progress record; its token proves ownership.
     pub record: Record,
@@ -63,6 +66,7 @@ struct Ended {
 async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<ProxyBody>>) {
     let Call {
         policy,
+        format,
         key,
         record,
         request,
@@ -96,12 +100,12 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
         Exchanged::Answered(_) => out.finish().await,
         Exchanged::NotSent => {
             let p = problem::upstream_unavailable();
-            out.fail(p.into_response(), reason).await;
+            out.fail(format.respond(p), reason).await;
         }
         Exchanged::Ambiguous => {
             tracing::warn!(key = %key, %reason, "upstream outcome unknown");
             let p = problem::upstream_timeout(held_for);
-            out.fail(p.into_response(), reason).await;
+            out.fail(format.respond(p), reason).await;
         }
     }
     worker.metrics.inflight.dec();

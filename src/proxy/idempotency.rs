@@ -16,14 +16,14 @@ use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
 use super::lease::release_orphan;
-use super::problem::{self, Problem};
+use super::problem::{self, Problem, ProblemFormat};
 use super::replay::replay;
 use super::{forward_unprotected, Worker};
 use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::metrics::{Outcome, StoreOp};
-use crate::route::Captures;
+use crate::path::Captures;
 use crate::store::record::now_ms;
 use crate::store::{Record, Reserve, StoreError};
 
@@ -46,6 +46,8 @@ struct Flow<'a> {
     body: BodyView,
     client_ip: Option<IpAddr>,
     on_store_error: OnStoreError,
+    /// How this request's problems are answered.
+    format: ProblemFormat,
     key: Option<StoreKey>,
     store_time: Duration,
 }
@@ -68,6 +70,7 @@ pub async fn protect(
         body: BodyView::new(raw.as_ref().cloned().unwrap_or_default()),
         client_ip,
         on_store_error,
+        format: ProblemFormat::default(),
         key: None,
         store_time: Duration::ZERO,
     };
@@ -169,6 +172,7 @@ impl Flow<'_> {
         );
         let call = Call {
             policy: policy.clone(),
+            format: self.format.clone(),
             key: intent.store_key,
             record,
             request,
@@ -176,7 +180,7 @@ impl Flow<'_> {
         let started = Instant::now();
         let response = match execute::spawn(self.worker, call).await {
             Ok(response) => response,
-            Err(_) => problem::upstream_unavailable().into_response(),
+            Err(_) => self.format.respond(problem::upstream_unavailable()),
         };
         Handled {
             response,
@@ -205,7 +209,8 @@ impl Flow<'_> {
     async fn unprotected(self, outcome: Outcome) -> Handled {
         let body = Either::Left(Full::new(self.body.raw().clone()));
         let started = Instant::now();
-        let response = forward_unprotected(self.worker, self.parts, body, self.client_ip).await;
+        let (worker, format) = (self.worker, &self.format);
+        let response = forward_unprotected(worker, self.parts, body, self.client_ip, format).await;
         Handled {
             response,
             outcome,
@@ -216,7 +221,8 @@ impl Flow<'_> {
     }
 
     fn refuse(self, p: Problem, outcome: Outcome) -> Handled {
-        self.answer(p.into_response(), outcome)
+        let response = self.format.respond(p);
+        self.answer(response, outcome)
     }
 
     fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
@@ -229,12 +235,9 @@ impl Flow<'_> {
         }
     }
 
-    /// Run one store round trip, timing it for the metrics and the log line.
-    async fn timed<T>(&mut self, op: StoreOp, fut: impl Future<Output = T>) -> T {
-        let started = Instant::now();
-        let out = fut.await;
-        let took = started.elapsed();
-        self.worker.metrics.store_op(op, took);
+    /// Run one store round trip, timed for the metrics and the request's log line.
+    async fn timed<T>(&mut self, op: StoreOp, round_trip: impl Future<Output = T>) -> T {
+        let (out, took) = self.worker.metrics.time_store_op(op, round_trip).await;
         self.store_time += took;
         out
     }

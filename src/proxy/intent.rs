@@ -12,7 +12,7 @@ use super::problem::{self, Problem};
 use crate::body::BodyView;
 use crate::config::RoutePolicy;
 use crate::key::{self, KeyError, StoreKey};
-use crate::route::Captures;
+use crate::path::Captures;
 use crate::store::Record;
 use crate::template::RequestView;
 

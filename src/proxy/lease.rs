@@ -53,15 +53,14 @@ impl LeaseHolder {
 
     async fn renew(&mut self) {
         let record = self.record.renewed(self.lease);
-        let started = Instant::now();
-        let result = self
+        let store = &self.worker.store;
+        let renewal =
+            store.replace_if_owner(&self.key, &self.record.token, &record, self.lease, false);
+        let (result, _) = self
             .worker
-            .store
-            .replace_if_owner(&self.key, &self.record.token, &record, self.lease, false)
-            .await;
-        self.worker
             .metrics
-            .store_op(StoreOp::renew, started.elapsed());
+            .time_store_op(StoreOp::renew, renewal)
+            .await;
         match result {
             Ok(true) => {
                 self.record = record;
@@ -77,15 +76,15 @@ impl LeaseHolder {
 
     /// Delete the reservation (if still ours) so a retry forwards again.
     pub async fn release(&self) {
-        let started = Instant::now();
-        let result = self
+        let release = self
             .worker
             .store
-            .release_if_owner(&self.key, &self.record.token)
-            .await;
-        self.worker
+            .release_if_owner(&self.key, &self.record.token);
+        let (result, _) = self
+            .worker
             .metrics
-            .store_op(StoreOp::release, started.elapsed());
+            .time_store_op(StoreOp::release, release)
+            .await;
         if let Err(e) = result {
             tracing::warn!(key = %self.key, error = %e, "release failed; the lease will expire");
         }
@@ -96,11 +95,12 @@ impl LeaseHolder {
     /// have ended, and meanwhile the in-progress record keeps repeats out.
     pub async fn complete(&self, response: StoredResponse, retention: Duration) {
         let record = self.record.completed(response, retention);
-        let started = Instant::now();
-        let result = self.write_completion(&record, retention).await;
-        self.worker
+        let write = self.write_completion(&record, retention);
+        let (result, _) = self
+            .worker
             .metrics
-            .store_op(StoreOp::complete, started.elapsed());
+            .time_store_op(StoreOp::complete, write)
+            .await;
         match result {
             Ok(true) => {}
             Ok(false) => self.stale(),

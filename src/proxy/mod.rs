@@ -38,6 +38,7 @@ use hyper::body::Incoming;
 use tokio_util::task::TaskTracker;
 
 pub use body::{BoxError, ProxyBody, UpstreamBody};
+use problem::ProblemFormat;
 
 pub use control::{Control, Reloadable};
 
@@ -92,7 +93,9 @@ impl Proxy {
         let Some((policy, captures)) = current.routes.find(&parts.method, parts.uri.path()) else {
             return match current.default {
                 DefaultAction::Passthrough => {
-                    forward_unprotected(&self.worker, parts, Either::Right(body), client_ip).await
+                    let body = Either::Right(body);
+                    let format = ProblemFormat::default();
+                    forward_unprotected(&self.worker, parts, body, client_ip, &format).await
                 }
                 DefaultAction::Reject => {
                     problem::no_route(parts.method.as_str(), parts.uri.path()).into_response()
@@ -145,6 +148,7 @@ async fn forward_unprotected(
     parts: request::Parts,
     body: body::UpstreamBody,
     client_ip: Option<IpAddr>,
+    format: &ProblemFormat,
 ) -> Response<ProxyBody> {
     let request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
     match worker.client.send(request, worker.upstream.timeout).await {
@@ -153,7 +157,7 @@ async fn forward_unprotected(
             headers::strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body::stream(body))
         }
-        Sent::NotSent(_) => problem::upstream_unavailable().into_response(),
-        Sent::Ambiguous(_) => problem::upstream_timeout(None).into_response(),
+        Sent::NotSent(_) => format.respond(problem::upstream_unavailable()),
+        Sent::Ambiguous(_) => format.respond(problem::upstream_timeout(None)),
     }
 }

@@ -79,6 +79,25 @@ impl Problem {
     }
 }
 
+/// How one request's proxy-made problems are answered: the pipeline's one
+/// problem-to-response step (refusals, store and upstream failures, in the flow and in
+/// the detached call alike). Every route answers `application/problem+json` (SPEC §5);
+/// a protocol with an error shape of its own — MCP's tool errors for a `tools/call`
+/// (SPEC §8) — is one more variant here.
+#[derive(Debug, Clone, Default)]
+pub enum ProblemFormat {
+    #[default]
+    ProblemJson,
+}
+
+impl ProblemFormat {
+    pub fn respond(&self, problem: Problem) -> Response<ProxyBody> {
+        match self {
+            ProblemFormat::ProblemJson => problem.into_response(),
+        }
+    }
+}
+
 // === constructors, one per stable code (SPEC §5) ===
 
 pub fn key_missing(route: &str) -> Problem {

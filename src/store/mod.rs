@@ -23,6 +23,7 @@ pub mod memory;
 mod meta;
 pub mod record;
 pub mod redis;
+mod shared;
 mod task;
 pub mod watch;
 
@@ -31,6 +32,7 @@ use std::time::Duration;
 pub use memory::MemoryStore;
 pub use record::{Record, RecordState, StoredResponse, Token};
 pub use redis::RedisStore;
+pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
 
 use crate::key::StoreKey;

@@ -19,7 +19,7 @@ use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::proxy::UpstreamBody;
+use super::body::UpstreamBody;
 
 pub type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 

@@ -19,12 +19,11 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
-pub use body::ResponseBody;
+pub use body::{BoxError, ResponseBody, UpstreamBody};
 use conn::{Conn, SendFailure};
 use pool::Pool;
 
 use crate::config::UpstreamConfig;
-use crate::proxy::{BoxError, UpstreamBody};
 
 /// Idle keep-alive connections kept open to the upstream, at most.
 const MAX_IDLE: usize = 1024;

@@ -1,0 +1,41 @@
+//! The process-wide part of the configured store, from which each worker thread builds
+//! its own handle ([`SharedStore::for_worker`]): the one memory map, or the one Redis
+//! event subscription (every worker then opens its own command connection on its own
+//! runtime).
+
+use super::redis::{Events, RedisStore};
+use super::{memory::MemoryStore, Store, StoreError};
+use crate::config::{Backend, StoreConfig};
+
+/// Records the memory store keeps before evicting the soonest-expiring completed one.
+pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
+
+/// The store's process-wide part.
+#[derive(Clone)]
+pub enum SharedStore {
+    Memory(Store),
+    Redis(Events),
+}
+
+impl SharedStore {
+    /// Starts the shared part. Redis connects in the background and reconnects by
+    /// itself, so idem starts (unready) even while Redis is down.
+    pub fn start(cfg: &StoreConfig) -> Result<SharedStore, StoreError> {
+        Ok(match cfg.backend {
+            Backend::Memory => {
+                SharedStore::Memory(Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)))
+            }
+            Backend::Redis => SharedStore::Redis(RedisStore::subscribe(&cfg.redis)?),
+        })
+    }
+
+    /// A store handle for the calling worker's runtime.
+    pub async fn for_worker(&self, cfg: &StoreConfig) -> Result<Store, StoreError> {
+        Ok(match self {
+            SharedStore::Memory(store) => store.clone(),
+            SharedStore::Redis(events) => {
+                Store::Redis(RedisStore::connect_sharing(&cfg.redis, events).await?)
+            }
+        })
+    }
+}
