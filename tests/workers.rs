@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
 use support::harness::{admin_url, assert_all_got_the_one_result, post, send, url};
+use support::poll::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -47,7 +48,7 @@ async fn open_connection(addr: std::net::SocketAddr) -> TcpStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_spread_evenly_and_counted_until_they_close() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(CHARGE).await;
     let mut open = Vec::new();
     for _ in 0..9 {
@@ -56,17 +57,12 @@ async fn connections_are_spread_evenly_and_counted_until_they_close() {
     assert_eq!(worker_connections(&idem).await, [3.0, 3.0, 3.0]);
     drop(open);
     // (The metrics requests go to the admin listener, which is not counted.)
-    for _ in 0..100 {
-        let counts = worker_connections(&idem).await;
-        if counts == [0.0, 0.0, 0.0] {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!(
-        "closed connections still counted: {:?}",
-        worker_connections(&idem).await
-    );
+    eventually(
+        Duration::from_secs(2),
+        "closed connections uncounted",
+        async || worker_connections(&idem).await == [0.0, 0.0, 0.0],
+    )
+    .await;
 }
 
 async fn duplicates_on_every_worker_execute_once(backend: Backend) {
@@ -104,26 +100,25 @@ both_stores!(duplicates_on_every_worker_execute_once);
 /// by a completion on another: every duplicate gets the one result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_share_one_subscription_and_wake_each_other() {
-    let env = Env::new(Backend::Redis).await;
-    let redis = env.redis.as_ref().unwrap();
+    let env = Env::new(Backend::redis()).await;
+    let redis = env.backend.redis_server();
     let waiting = CHARGE.replace(
         "key: \"charge:{path.invoice_id}\"",
         "key: \"charge:{path.invoice_id}\"\n    on_concurrent: wait\n    wait_timeout: 10s",
     );
     let first = env.idem(&waiting).await;
     let second = env.idem(&waiting).await;
-    let mut subscribers = String::new();
-    for _ in 0..100 {
-        subscribers = redis.command(&["PUBSUB", "NUMSUB", "idem:events"]);
-        if subscribers.ends_with(":2\r\n") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        subscribers.ends_with(":2\r\n"),
-        "two processes of three workers each: {subscribers:?}"
-    );
+    // Two processes of three workers each: two subscribers.
+    eventually(
+        Duration::from_secs(2),
+        "one subscription per process",
+        async || {
+            let subscribers = redis.command(&["PUBSUB", "NUMSUB", "idem:events"]);
+            assert!(!subscribers.ends_with(":3\r\n"), "{subscribers:?}");
+            subscribers.ends_with(":2\r\n")
+        },
+    )
+    .await;
     // Duplicates over both replicas and all their workers while the first call runs.
     let calls = (0..24).map(|i| {
         let u = url(
