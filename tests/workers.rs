@@ -4,11 +4,11 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
-use support::harness::{admin_url, assert_all_got_the_one_result, post, send, url};
+use support::harness::{admin_url, assert_all_got_the_one_result, post, send, url, Resp};
 use support::poll::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -65,39 +65,59 @@ async fn connections_are_spread_evenly_and_counted_until_they_close() {
     .await;
 }
 
-async fn duplicates_on_every_worker_execute_once(backend: Backend) {
+/// 30 duplicates at once, each on a connection of its own: the acceptor spreads them
+/// over the three workers, so they race through different threads. With `delay_ms` the
+/// upstream holds the winner's call, so the others arrive while it runs (409) rather
+/// than only racing for the reservation.
+async fn duplicates_execute_once(backend: Backend, id: &str, delay_ms: &str) -> Vec<Resp> {
     let env = Env::new(backend).await;
     let idem = env.idem(CHARGE).await;
-    // Each request on a connection of its own: the acceptor spreads them over the
-    // three workers, so the duplicates race through different threads.
-    let u = url(&idem, "/invoices/inv_7/charge");
-    let answers = join_all((0..30).map(|_| post(&u, &[], r#"{"amount":5}"#))).await;
-    assert_eq!(env.upstream.executions("charge:inv_7"), 1);
-    let forwarded = answers
+    let u = url(&idem, &format!("/invoices/{id}/charge"));
+    let headers = [("x-mock-delay-ms", delay_ms)];
+    let answers = join_all((0..30).map(|_| post(&u, &headers, r#"{"amount":5}"#))).await;
+    let key = format!("charge:{id}");
+    assert_eq!(env.upstream.executions(&key), 1);
+    let winner = answers
         .iter()
         .filter(|r| r.status == 201 && !r.replayed())
-        .count();
-    assert_eq!(forwarded, 1, "one winner");
+        .collect::<Vec<_>>();
+    assert_eq!(winner.len(), 1, "one winner");
     for r in &answers {
-        assert!(
-            r.status == 201 || r.status == 409,
-            "{}: {}",
-            r.status,
-            r.text()
-        );
+        match r.status {
+            201 => assert_eq!(r.body, winner[0].body, "a replay of the one result"),
+            409 => assert_eq!(r.code(), "request_in_progress"),
+            s => panic!("{s}: {}", r.text()),
+        }
     }
     // Afterwards every worker replays it.
     for _ in 0..6 {
-        assert!(post(&u, &[], r#"{"amount":5}"#).await.replayed());
+        assert!(post(&u, &headers, r#"{"amount":5}"#).await.replayed());
     }
-    assert_eq!(env.upstream.executions("charge:inv_7"), 1);
+    assert_eq!(env.upstream.executions(&key), 1);
+    answers
 }
 
-both_stores!(duplicates_on_every_worker_execute_once);
+async fn duplicates_on_every_worker_execute_once(backend: Backend) {
+    duplicates_execute_once(backend, "inv_7", "0").await;
+}
+
+async fn duplicates_racing_a_slow_upstream_execute_once(backend: Backend) {
+    let answers = duplicates_execute_once(backend, "inv_8", "400").await;
+    let refused = answers.iter().filter(|r| r.status == 409).count();
+    // All 30 are sent at once and the call takes 400 ms: most arrive while it runs.
+    assert!(refused >= 20, "only {refused} arrived while the call ran");
+}
+
+both_stores!(
+    duplicates_on_every_worker_execute_once,
+    duplicates_racing_a_slow_upstream_execute_once
+);
 
 /// With Redis, the workers share one event subscription (a completion reaches the
 /// process once, not once per worker), and a duplicate waiting on one worker is woken
-/// by a completion on another: every duplicate gets the one result.
+/// by a completion on another: every duplicate gets the one result, promptly. Waiters
+/// also re-check every second, so the wake-up is bounded well under that: a broken
+/// wake-up leaves the waiters to their re-check, ~0.7 s after the completion here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_share_one_subscription_and_wake_each_other() {
     let env = Env::new(Backend::redis()).await;
@@ -125,10 +145,24 @@ async fn workers_share_one_subscription_and_wake_each_other() {
             if i % 2 == 0 { &first } else { &second },
             "/invoices/inv_w/charge",
         );
-        async move { post(&u, &[("x-mock-delay-ms", "300")], "{}").await }
+        async move {
+            let r = post(&u, &[("x-mock-delay-ms", "300")], "{}").await;
+            (r, Instant::now())
+        }
     });
-    let answers = join_all(calls).await;
+    let (answers, answered): (Vec<Resp>, Vec<Instant>) = join_all(calls).await.into_iter().unzip();
     assert_eq!(env.upstream.executions("charge:inv_w"), 1);
     assert_all_got_the_one_result(&answers);
+    let winner = answers.iter().position(|r| !r.replayed());
     assert_eq!(answers.iter().filter(|r| !r.replayed()).count(), 1);
+    // The winner's answer left idem after its record was written: every waiter must
+    // have its replay soon after, whichever replica and worker it waited on.
+    let completed = answered[winner.unwrap()];
+    let last = answered.iter().max().unwrap();
+    let lag = last.saturating_duration_since(completed);
+    assert!(
+        lag < Duration::from_millis(250),
+        "the last waiter was answered {lag:?} after the completion"
+    );
+    println!("MEASURED wake-up: last waiter answered {lag:?} after the winner");
 }
