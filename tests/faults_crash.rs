@@ -12,6 +12,7 @@ use futures_util::future::join_all;
 use support::env::{Backend, Env};
 use support::harness::{metric_sum, post, send, try_send, IdemProcess};
 use support::poll::eventually;
+use support::redis::RedisServer;
 
 fn yaml(env: &Env, lease: &str) -> String {
     format!(
@@ -87,53 +88,119 @@ async fn frozen_owner_cannot_overwrite_its_successor() {
     assert_eq!(again.body, successor.body);
 }
 
-/// SIGKILL while the lease was being renewed: until one lease after the last renewal
-/// every repeat is refused (409 with `Retry-After`); then one retry is forwarded and the
-/// rest replay it. A restarted idem replays it too.
+/// The time left on the one reservation in `redis`, as Redis counts it (`PTTL`), and
+/// the instant it was asked for: the lease ends no earlier than that instant plus it.
+fn lease_left(redis: &RedisServer) -> (Instant, Duration) {
+    let keys = redis.command(&["KEYS", "idem:*"]);
+    let key = keys
+        .lines()
+        .find(|l| l.starts_with("idem:"))
+        .unwrap_or_else(|| panic!("no reservation in Redis: {keys:?}"));
+    let asked = Instant::now();
+    let pttl = redis.command(&["PTTL", key]);
+    let ms: i64 = pttl.trim().trim_start_matches(':').parse().expect("PTTL");
+    assert!(ms > 0, "no lease left: {pttl:?}");
+    (asked, Duration::from_millis(ms as u64))
+}
+
+/// SIGKILL while the lease was being renewed (every lease/3 = 400 ms). The reservation
+/// expires one lease after the last renewal, never before: every repeat until then is
+/// refused (409 with `Retry-After`) and the upstream sees nothing. Then one retry is
+/// forwarded; a burst of duplicates through two replicas *while it runs* is refused, and
+/// afterwards everything replays it. A restarted idem replays it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_owner_then_a_burst_of_retries_forwards_exactly_one() {
+    const LEASE: Duration = Duration::from_millis(1200);
     let env = Env::new(Backend::redis()).await;
     let lease = yaml(&env, "1200ms");
     let mut a = IdemProcess::spawn(&lease).await;
     let b = IdemProcess::spawn(&lease).await;
     let c = IdemProcess::spawn(&lease).await;
     start_call(&env, &a, "crash", "8000").await;
-    // Past two renewals (every lease/3 = 400 ms), so the lease is not the first one.
+    // Past two renewals, so the lease is not the first one.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let record = send("GET", &b.admin_url("/v1/keys/charge/charge:crash"), &[], "").await;
     assert_eq!(record.json()["state"], "in_progress");
     a.kill();
     let killed = Instant::now();
+    let (asked, left) = lease_left(env.backend.redis_server());
+    let lease_end = asked + left;
+    // Renewed within the last lease/3 (plus slack for a loaded machine): without
+    // renewals only ~200 ms of the first lease would be left.
+    assert!(
+        left <= LEASE && left >= LEASE - LEASE / 3 - Duration::from_millis(150),
+        "{left:?} of the lease left at the kill: renewals are off"
+    );
 
+    // Repeats until the lease ends; the one forwarded runs 500 ms upstream. Meanwhile,
+    // as soon as the upstream has it, a burst of duplicates through two replicas.
     let u_b = b.url("/invoices/crash/charge");
     let u_c = c.url("/invoices/crash/charge");
-    let mut refused = 0;
-    eventually(Duration::from_secs(3), "the lease expired", async || {
-        let r = post(&u_b, &[], "{}").await;
-        if r.status == 409 {
-            assert!(r.header("retry-after").is_some());
-            refused += 1;
-            return false;
+    let retry = async {
+        let mut refused = 0;
+        let r = eventually(Duration::from_secs(3), "the lease expired", async || {
+            let r = post(&u_b, &[("x-mock-delay-ms", "500")], "{}").await;
+            if r.status == 409 {
+                assert!(r.header("retry-after").is_some());
+                refused += 1;
+            }
+            (r.status != 409).then_some(r)
+        })
+        .await;
+        (r, refused, Instant::now())
+    };
+    let burst = async {
+        eventually(Duration::from_secs(3), "the retry forwarded", async || {
+            env.upstream.executions("charge:crash") == 2
+        })
+        .await;
+        let sent = Instant::now();
+        let burst = (0..20).map(|i| {
+            let u = if i % 2 == 0 { &u_b } else { &u_c };
+            async move { (post(u, &[], "{}").await, Instant::now()) }
+        });
+        (join_all(burst).await, sent)
+    };
+    let ((retried, refused, retry_answered), (burst, burst_sent)) = tokio::join!(retry, burst);
+    let retried_at = env.upstream.received()[1].at;
+    let freed = retried_at - killed;
+    // Idem compares the record's own expiry, written a moment before Redis's TTL was set.
+    assert!(
+        retried_at + Duration::from_millis(50) >= lease_end,
+        "executed {:?} before the lease ended",
+        lease_end - retried_at
+    );
+    assert!(
+        retried_at <= lease_end + Duration::from_millis(300),
+        "the key stayed held {:?} after its lease",
+        retried_at - lease_end
+    );
+    assert_eq!(retried.status, 201, "{}", retried.text());
+    assert!(!retried.replayed());
+    // The upstream answers the retry 500 ms after it arrived, and not sooner: what was
+    // answered before then was answered while the retry ran.
+    let upstream_answered = retried_at + Duration::from_millis(500);
+    assert!(
+        burst_sent < upstream_answered && burst_sent < retry_answered,
+        "the burst came after the retry ended"
+    );
+    for (r, at) in &burst {
+        if *at < upstream_answered {
+            assert_eq!(r.status, 409, "during the retry: {}", r.text());
+            assert_eq!(r.code(), "request_in_progress");
+        } else if r.status != 409 {
+            assert!(r.replayed(), "{} {}", r.status, r.text());
+            assert_eq!(r.body, retried.body);
         }
-        assert_eq!(r.status, 201, "{}", r.text());
-        true
-    })
-    .await;
-    let freed = killed.elapsed();
+    }
     assert!(
         refused >= 3,
         "repeats were refused while the lease held ({refused})"
     );
-    assert!(
-        freed <= Duration::from_millis(1200 + 300),
-        "freed {freed:?} after the kill"
-    );
-    let burst = (0..20).map(|i| {
-        let u = if i % 2 == 0 { u_b.clone() } else { u_c.clone() };
-        async move { post(&u, &[], "{}").await }
-    });
-    for r in join_all(burst).await {
-        assert!(r.replayed(), "{} {}", r.status, r.text());
+    for u in [&u_b, &u_c] {
+        let r = post(u, &[], "{}").await;
+        assert!(r.replayed());
+        assert_eq!(r.body, retried.body);
     }
     assert_eq!(
         env.upstream.executions("charge:crash"),
@@ -147,7 +214,14 @@ async fn killed_owner_then_a_burst_of_retries_forwards_exactly_one() {
             .replayed(),
         "a restarted idem needs no clean-up"
     );
-    println!("MEASURED crash: key free {freed:?} after SIGKILL (lease 1.2 s, {refused} repeats refused meanwhile)");
+    let during = burst
+        .iter()
+        .filter(|(_, at)| *at < upstream_answered)
+        .count();
+    println!(
+        "MEASURED crash: {left:?} of the 1.2 s lease left at SIGKILL; retry forwarded {freed:?} after the kill, {:?} after the lease end; {refused} repeats refused before, {during} of 20 duplicates refused while it ran",
+        retried_at.saturating_duration_since(lease_end)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -35,6 +35,8 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When it arrived (its execution began).
+    pub at: Instant,
 }
 
 #[derive(Default)]
@@ -154,6 +156,7 @@ async fn handle(
         path: path.clone(),
         headers: parts.headers.clone(),
         body,
+        at: Instant::now(),
     });
     let delay = num(h, "x-mock-delay-ms");
     if delay > 0 {
