@@ -41,25 +41,9 @@ fn check_prints_the_route_table_or_every_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
     let env = Env::new(Backend::memory()).await;
-    let port = support::harness::free_port();
-    let admin = support::harness::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["serve", "--upstream", &env.upstream.url(), "--workers", "3"])
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .spawn()
-        .unwrap();
-    let u = format!("http://127.0.0.1:{port}/anything/at/all");
-    let first = eventually(Duration::from_secs(5), "idem came up", async || {
-        support::harness::try_send("POST", &u, &[("idempotency-key", "d1")], "{}")
-            .await
-            .ok()
-    })
-    .await;
+    let idem = IdemProcess::serve(&["--upstream", &env.upstream.url(), "--workers", "3"]).await;
+    let u = idem.url("/anything/at/all");
+    let first = post(&u, &[("idempotency-key", "d1")], "{}").await;
     assert_eq!(first.status, 201);
     assert!(post(&u, &[("idempotency-key", "d1")], "{}")
         .await
@@ -70,8 +54,6 @@ async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
     );
     assert!(!post(&u, &[], "{}").await.replayed());
     assert_eq!(env.upstream.total_executions(), 3);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
