@@ -66,21 +66,18 @@ async fn connections_are_spread_evenly_and_counted_until_they_close() {
 }
 
 /// 30 duplicates at once, each on a connection of its own: the acceptor spreads them
-/// over the three workers, so they race through different threads. With `delay_ms` the
-/// upstream holds the winner's call, so the others arrive while it runs (409) rather
-/// than only racing for the reservation.
-async fn duplicates_execute_once(backend: Backend, id: &str, delay_ms: &str) -> Vec<Resp> {
+/// over the three workers, so they race for the reservation through different threads.
+async fn duplicates_on_every_worker_execute_once(backend: Backend) {
     let env = Env::new(backend).await;
     let idem = env.idem(CHARGE).await;
-    let u = url(&idem, &format!("/invoices/{id}/charge"));
-    let headers = [("x-mock-delay-ms", delay_ms)];
-    let answers = join_all((0..30).map(|_| post(&u, &headers, r#"{"amount":5}"#))).await;
-    let key = format!("charge:{id}");
-    assert_eq!(env.upstream.executions(&key), 1);
-    let winner = answers
+    let u = url(&idem, "/invoices/inv_7/charge");
+    let answers = join_all((0..30).map(|_| post(&u, &[], r#"{"amount":5}"#))).await;
+    assert_eq!(env.upstream.executions("charge:inv_7"), 1);
+    let winner: Vec<_> = answers
         .iter()
-        .filter(|r| r.status == 201 && !r.replayed())
-        .collect::<Vec<_>>();
+        .filter(|r| !r.replayed())
+        .filter(|r| r.status == 201)
+        .collect();
     assert_eq!(winner.len(), 1, "one winner");
     for r in &answers {
         match r.status {
@@ -91,21 +88,48 @@ async fn duplicates_execute_once(backend: Backend, id: &str, delay_ms: &str) -> 
     }
     // Afterwards every worker replays it.
     for _ in 0..6 {
-        assert!(post(&u, &headers, r#"{"amount":5}"#).await.replayed());
+        assert!(post(&u, &[], r#"{"amount":5}"#).await.replayed());
     }
-    assert_eq!(env.upstream.executions(&key), 1);
-    answers
+    assert_eq!(env.upstream.executions("charge:inv_7"), 1);
 }
 
-async fn duplicates_on_every_worker_execute_once(backend: Backend) {
-    duplicates_execute_once(backend, "inv_7", "0").await;
-}
-
+/// 29 duplicates at once, spread over the workers, while the upstream holds the first
+/// call: every one answered before the upstream answered is refused (409), none runs.
 async fn duplicates_racing_a_slow_upstream_execute_once(backend: Backend) {
-    let answers = duplicates_execute_once(backend, "inv_8", "400").await;
-    let refused = answers.iter().filter(|r| r.status == 409).count();
-    // All 30 are sent at once and the call takes 400 ms: most arrive while it runs.
-    assert!(refused >= 20, "only {refused} arrived while the call ran");
+    const DELAY: Duration = Duration::from_millis(1500);
+    let env = Env::new(backend).await;
+    let idem = env.idem(CHARGE).await;
+    let u = url(&idem, "/invoices/inv_8/charge");
+    let slow = [("x-mock-delay-ms", "1500")];
+    let first = post(&u, &slow, r#"{"amount":5}"#);
+    let duplicates = async {
+        eventually(
+            Duration::from_secs(5),
+            "the first call upstream",
+            async || env.upstream.executions("charge:inv_8") == 1,
+        )
+        .await;
+        let upstream_answers = env.upstream.received()[0].at + DELAY;
+        let dup = async || (post(&u, &slow, r#"{"amount":5}"#).await, Instant::now());
+        (join_all((0..29).map(|_| dup())).await, upstream_answers)
+    };
+    let (first, (answers, upstream_answers)) = tokio::join!(first, duplicates);
+    assert_eq!(first.status, 201);
+    assert!(!first.replayed());
+    let mut during = 0;
+    for (r, at) in &answers {
+        if *at < upstream_answers {
+            during += 1;
+            assert_eq!(r.status, 409, "while the call ran: {}", r.text());
+            assert_eq!(r.code(), "request_in_progress");
+        } else if r.status != 409 {
+            assert!(r.replayed(), "{} {}", r.status, r.text());
+            assert_eq!(r.body, first.body);
+        }
+    }
+    assert!(during > 0, "no duplicate was answered while the call ran");
+    assert_eq!(env.upstream.executions("charge:inv_8"), 1);
+    assert!(post(&u, &slow, r#"{"amount":5}"#).await.replayed());
 }
 
 both_stores!(
