@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
 use support::harness::{assert_all_got_the_one_result, post, url};
+use support::poll::eventually;
 
 const CHARGE: &str = r#"
 routes:
@@ -20,7 +21,7 @@ routes:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_duplicates_across_three_replicas_execute_once() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let conflict = CHARGE
         .replace("on_concurrent: wait", "on_concurrent: conflict")
         .replace("    wait_timeout: 5s\n", "");
@@ -40,7 +41,7 @@ async fn fifty_duplicates_across_three_replicas_execute_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let replicas = [
         env.idem(CHARGE).await,
         env.idem(CHARGE).await,
@@ -57,13 +58,18 @@ async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_on_another_replica_is_woken_promptly() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let a = env.idem(CHARGE).await;
     let b = env.idem(CHARGE).await;
     let first_url = url(&a, "/invoices/inv_z/charge");
     let first = post(&first_url, &[("x-mock-delay-ms", "1500")], "{}");
     let waiter = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually(
+            Duration::from_secs(3),
+            "the first call forwarded",
+            async || env.upstream.executions("charge:inv_z") == 1,
+        )
+        .await;
         let started = Instant::now();
         let r = post(&url(&b, "/invoices/inv_z/charge"), &[], "{}").await;
         (r, started.elapsed())

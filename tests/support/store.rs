@@ -1,7 +1,8 @@
-//! Fixtures for store tests: a backend that hands out store instances sharing data,
-//! and record builders.
+//! Fixtures for store tests: the one `Backend` enum of the test support (a running store
+//! that hands out instances sharing data, and configures idem for it), and record
+//! builders.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -9,6 +10,7 @@ use idem::config::{RedisConfig, RedisMode};
 use idem::key::StoreKey;
 use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
 
+use super::poll::eventually;
 use super::redis::RedisServer;
 
 /// The default `store.redis.op_timeout`.
@@ -16,7 +18,8 @@ pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A store backend under test. `instance()` returns another handle on the same data:
 /// for Redis a separate `RedisStore` (its own connections and subscription, i.e. another
-/// replica), for memory a clone.
+/// replica), for memory a clone. `yaml()` is the `store:` section that points an idem
+/// at it (for memory, each idem has its own).
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
@@ -35,6 +38,35 @@ impl Backend {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+        }
+    }
+
+    /// The `store:` section of an idem configuration using this backend.
+    pub fn yaml(&self) -> String {
+        match self {
+            Backend::Memory(_) => "store:\n  backend: memory\n".to_owned(),
+            Backend::Redis(server) => format!(
+                "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: {}ms\n",
+                server.url(),
+                OP_TIMEOUT.as_millis()
+            ),
+        }
+    }
+
+    /// The private redis-server of a Redis backend, to stop, pause or inspect it.
+    #[track_caller]
+    pub fn redis_server(&self) -> &RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn redis_server_mut(&mut self) -> &mut RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
         }
     }
 }
@@ -62,11 +94,10 @@ pub async fn subscribed(url: &str) -> RedisStore {
 }
 
 pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
-    let start = Instant::now();
-    while !store.is_subscribed() {
-        assert!(start.elapsed() < within, "not subscribed within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(within, "the store's event subscription", async || {
+        store.is_subscribed()
+    })
+    .await;
 }
 
 pub fn key(n: u8) -> StoreKey {
