@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use idem::config::{RedisConfig, RedisMode};
+use idem::config::{PostgresConfig, RedisConfig, RedisMode};
 use idem::key::StoreKey;
-use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
+use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredResponse};
 
+use super::postgres::PgServer;
 use super::redis::RedisServer;
 
 /// The default `store.redis.op_timeout`.
@@ -20,6 +21,7 @@ pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
+    Postgres(PgServer),
 }
 
 impl Backend {
@@ -31,10 +33,15 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    pub fn postgres() -> Backend {
+        Backend::Postgres(PgServer::start())
+    }
+
     pub async fn instance(&self) -> Store {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
         }
     }
 }
@@ -67,6 +74,32 @@ pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
         assert!(start.elapsed() < within, "not subscribed within {within:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
+pub fn postgres_config(url: &str) -> PostgresConfig {
+    PostgresConfig {
+        url: url.to_owned(),
+        table: "idem_records".to_owned(),
+        pool_size: 16,
+        op_timeout: Duration::from_millis(500),
+    }
+}
+
+/// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).
+pub async fn listening(url: &str) -> PostgresStore {
+    let store = PostgresStore::connect(&postgres_config(url))
+        .await
+        .expect("connect");
+    let start = Instant::now();
+    while !store.is_listening() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "not listening within 5s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store
 }
 
 pub fn key(n: u8) -> StoreKey {
