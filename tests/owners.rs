@@ -9,6 +9,12 @@ use std::time::Duration;
 use support::env::{Backend, Env};
 use support::harness::{post, send, IdemProcess};
 
+shared_stores!(
+    frozen_owner_cannot_overwrite_its_successor,
+    killed_owner_leaves_a_lease_that_expires,
+    sigterm_drains_in_flight_calls_and_records_them,
+);
+
 fn yaml(env: &Env) -> String {
     format!(
         "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 1s\n",
@@ -21,9 +27,8 @@ async fn metric(p: &IdemProcess, name: &str) -> f64 {
     support::harness::metric_sum(&text, name)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn frozen_owner_cannot_overwrite_its_successor() {
-    let env = Env::new(Backend::Redis).await;
+async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
+    let env = Env::new(backend).await;
     let a = IdemProcess::spawn(&yaml(&env)).await;
     let b = IdemProcess::spawn(&yaml(&env)).await;
     let u_a = a.url("/invoices/inv_f/charge");
@@ -52,9 +57,8 @@ async fn frozen_owner_cannot_overwrite_its_successor() {
     assert_eq!(again.body, successor.body);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_owner_leaves_a_lease_that_expires() {
-    let env = Env::new(Backend::Redis).await;
+async fn killed_owner_leaves_a_lease_that_expires(backend: Backend) {
+    let env = Env::new(backend).await;
     let mut a = IdemProcess::spawn(&yaml(&env)).await;
     let b = IdemProcess::spawn(&yaml(&env)).await;
     let u_a = a.url("/invoices/inv_k/charge");
@@ -82,9 +86,8 @@ async fn killed_owner_leaves_a_lease_that_expires() {
         .replayed());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_in_flight_calls_and_records_them() {
-    let env = Env::new(Backend::Redis).await;
+async fn sigterm_drains_in_flight_calls_and_records_them(backend: Backend) {
+    let env = Env::new(backend).await;
     let mut a = IdemProcess::spawn(&yaml(&env)).await;
     let u_a = a.url("/invoices/inv_d/charge");
     let inflight =

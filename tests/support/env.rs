@@ -1,9 +1,10 @@
-//! A test environment: a mock upstream, optionally a private redis-server, and idem
-//! configured for one store backend.
+//! A test environment: a mock upstream, optionally a private redis-server or
+//! PostgreSQL, and idem configured for one store backend.
 
 use idem::app::Running;
 
 use super::harness;
+use super::postgres::PgServer;
 use super::redis::RedisServer;
 use super::upstream::MockUpstream;
 
@@ -11,32 +12,40 @@ use super::upstream::MockUpstream;
 pub enum Backend {
     Memory,
     Redis,
+    Postgres,
 }
 
 pub struct Env {
     pub backend: Backend,
     pub upstream: MockUpstream,
     pub redis: Option<RedisServer>,
+    pub postgres: Option<PgServer>,
 }
 
 impl Env {
     pub async fn new(backend: Backend) -> Env {
         let redis = (backend == Backend::Redis).then(RedisServer::start);
+        let postgres = (backend == Backend::Postgres).then(PgServer::start);
         Env {
             backend,
             upstream: MockUpstream::start().await,
             redis,
+            postgres,
         }
     }
 
     /// The `upstream:` and `store:` sections for this environment.
     pub fn base_yaml(&self, upstream_timeout: &str) -> String {
-        let store = match &self.redis {
-            None => "store:\n  backend: memory\n".to_owned(),
-            Some(redis) => format!(
+        let store = match (&self.redis, &self.postgres) {
+            (Some(redis), _) => format!(
                 "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: 250ms\n",
                 redis.url()
             ),
+            (None, Some(pg)) => format!(
+                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: 500ms\n    pool_size: 8\n",
+                pg.url()
+            ),
+            (None, None) => "store:\n  backend: memory\n".to_owned(),
         };
         format!(
             "upstream:\n  url: {}\n  timeout: {upstream_timeout}\n  connect_timeout: 500ms\n{store}",
@@ -54,7 +63,8 @@ impl Env {
     }
 }
 
-/// Instantiate an `async fn(Backend)` test case for both stores.
+/// Instantiate an `async fn(Backend)` test case for every store (memory, Redis,
+/// PostgreSQL).
 #[macro_export]
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
@@ -71,6 +81,38 @@ macro_rules! both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::support::env::Backend::Redis).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::env::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+/// Instantiate an `async fn(Backend)` test case for the stores several idem processes
+/// can share (Redis, PostgreSQL).
+#[macro_export]
+macro_rules! shared_stores {
+    ($($name:ident),* $(,)?) => {
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::env::Backend::Redis).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::env::Backend::Postgres).await
                 }
             )*
         }

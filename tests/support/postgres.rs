@@ -1,5 +1,7 @@
 //! A private PostgreSQL per test: `initdb` into a temporary folder, `postgres` on a free
-//! loopback port, killed (the whole process group, like a crashed container) on drop.
+//! loopback port, killed (the postmaster and every child, like a crashed container) on
+//! drop. Each child of the postmaster runs in a session of its own (PostgreSQL calls
+//! `setsid`), so signals go to the processes found by their parent pid, not to a group.
 //!
 //! Tests never touch the shared instance on 5432: each starts its own, so it can kill,
 //! restart, freeze it, or stream it to a standby and promote that. PostgreSQL refuses to
@@ -114,15 +116,15 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// Kills the postmaster and every backend (`SIGKILL` to the process group): a crash.
+    /// Kills the postmaster and every backend (`SIGKILL`): a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let group = format!("-{}", child.id());
-            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+            let pids = server_pids(child.id());
+            signal(&pids, "KILL");
             let _ = child.wait();
-            // Backends exit on the signal too; wait until none holds the data dir.
+            // Wait until no child is left holding the shared memory and data dir.
             let deadline = Instant::now() + Duration::from_secs(10);
-            while group_alive(&group) && Instant::now() < deadline {
+            while pids.iter().any(|pid| alive(*pid)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -137,11 +139,11 @@ impl PgServer {
 
     /// Freezes every process of the server (`SIGSTOP`): sockets open, nothing answered.
     pub fn pause(&self) {
-        self.signal_group("STOP");
+        self.signal_all("STOP");
     }
 
     pub fn resume(&self) {
-        self.signal_group("CONT");
+        self.signal_all("CONT");
     }
 
     /// Runs SQL through `psql` (not the code under test) and returns its unaligned,
@@ -181,7 +183,7 @@ impl PgServer {
         }
         let log = std::fs::File::create(self.dir.path().join("server.log"))
             .map_err(|e| format!("cannot create server log: {e}"))?;
-        // A group of its own, so `kill` reaches the backends too.
+        // A group of its own: a Ctrl-C on the test run does not reach it first.
         cmd.process_group(0).stdout(Stdio::null()).stderr(log);
         self.child = Some(
             cmd.spawn()
@@ -220,43 +222,63 @@ impl PgServer {
         }
     }
 
-    fn signal_group(&self, sig: &str) {
+    fn signal_all(&self, sig: &str) {
         if let Some(child) = &self.child {
-            let group = format!("-{}", child.id());
-            let status = Command::new("kill")
-                .args([&format!("-{sig}"), "--", &group])
-                .status()
-                .expect("run kill");
-            assert!(status.success(), "kill -{sig} failed");
+            signal(&server_pids(child.id()), sig);
         }
     }
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        self.signal_group_quietly("CONT");
+        self.signal_all("CONT");
         self.kill();
     }
 }
 
-impl PgServer {
-    fn signal_group_quietly(&self, sig: &str) {
-        if let Some(child) = &self.child {
-            let group = format!("-{}", child.id());
-            let _ = Command::new("kill")
-                .args([&format!("-{sig}"), "--", &group])
-                .status();
+/// The postmaster and its children (from `/proc/<pid>/stat`'s parent pid).
+fn server_pids(postmaster: u32) -> Vec<u32> {
+    let mut pids = vec![postmaster];
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after the ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(postmaster) {
+            pids.push(pid);
         }
     }
+    pids
 }
 
-/// Whether any process of the group still exists (`kill -0`).
-fn group_alive(group: &str) -> bool {
-    Command::new("kill")
-        .args(["-0", "--", group])
+fn signal(pids: &[u32], sig: &str) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .args(&pids)
         .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .status();
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie (reaped by nobody yet) no longer holds anything.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    })
 }
 
 /// A PostgreSQL server binary, or a panic saying how to install it.

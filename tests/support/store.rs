@@ -91,15 +91,16 @@ pub async fn listening(url: &str) -> PostgresStore {
     let store = PostgresStore::connect(&postgres_config(url))
         .await
         .expect("connect");
+    wait_listening(&store, Duration::from_secs(5)).await;
+    store
+}
+
+pub async fn wait_listening(store: &PostgresStore, within: Duration) {
     let start = Instant::now();
     while !store.is_listening() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "not listening within 5s"
-        );
+        assert!(start.elapsed() < within, "not listening within {within:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    store
 }
 
 pub fn key(n: u8) -> StoreKey {

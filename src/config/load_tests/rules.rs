@@ -257,5 +257,8 @@ fn postgres_section_is_validated() {
         (c.store.postgres.table.as_str(), c.store.postgres.pool_size),
         ("idem_intents", 4)
     );
-    assert_eq!(c.store.postgres.op_timeout, std::time::Duration::from_secs(1));
+    assert_eq!(
+        c.store.postgres.op_timeout,
+        std::time::Duration::from_secs(1)
+    );
 }
