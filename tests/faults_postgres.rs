@@ -59,7 +59,9 @@ async fn database_killed_mid_request_and_restarted() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pg = env.postgres.as_mut().unwrap();
     pg.kill();
+    let refusing = Instant::now();
     let during = post(&idem.url("/invoices/inv_during/charge"), &[], "{}").await;
+    let refusal = refusing.elapsed();
     assert_eq!(
         (during.status, during.code().as_str()),
         (503, "store_unavailable")
@@ -67,10 +69,15 @@ async fn database_killed_mid_request_and_restarted() {
     let repeat = post(&u, &[], "{}").await;
     assert_eq!(repeat.status, 503, "a repeat during the outage is refused");
     pg.restart();
+    let restarted = Instant::now();
 
     let first = first.await.unwrap();
     assert_eq!(first.status, 201, "{}", first.text());
     let replay = eventually_replayed(&u).await;
+    eprintln!(
+        "MEASURED refusal during the outage {refusal:?}; replay {:?} after the restart",
+        restarted.elapsed()
+    );
     assert_eq!(replay.body, first.body, "the acknowledged outcome was kept");
     assert_eq!(env.upstream.executions("charge:inv_mid"), 1);
     let again = post(&idem.url("/invoices/inv_before/charge"), &[], "{}").await;
@@ -203,7 +210,7 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
     let window =
         Duration::from_millis(last_refusal.load(Ordering::Relaxed)).saturating_sub(killed_at);
     eprintln!(
-        "{} intents answered, {} refusals (409/503), the last {window:?} after the kill; load ended {:?} after the kill",
+        "MEASURED {} intents answered, {} refusals (409/503), the last {window:?} after the kill; load ended {:?} after the kill",
         answered.len(),
         refused.load(Ordering::Relaxed),
         killed.elapsed()

@@ -152,6 +152,7 @@ async fn assert_failing_fast(store: &Store) {
             );
         }
         let took = start.elapsed();
+        eprintln!("MEASURED four failing operations took {took:?}");
         assert!(
             took < 4 * FAIL_BOUND,
             "four failing operations took {took:?}"
@@ -186,7 +187,7 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
     assert_failing_fast(&store).await;
     server.restart();
     let took = wait_recovered(&store).await;
-    eprintln!("recovered {took:?} after restart");
+    eprintln!("MEASURED recovered {took:?} after restart");
 
     // The committed reservation survived the crash.
     match store
@@ -221,7 +222,8 @@ async fn frozen_database_times_out_then_recovers() {
     server.pause();
     assert_failing_fast(&store).await;
     server.resume();
-    wait_recovered(&store).await;
+    let took = wait_recovered(&store).await;
+    eprintln!("MEASURED recovered {took:?} after SIGCONT");
     assert!(!won(store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await));
