@@ -57,14 +57,19 @@ COMMIT;"
             ),
             // One statement, one winner: the unique key lets exactly one INSERT through;
             // an expired row is taken over by the conflict branch, whose row lock makes
-            // concurrent takeovers queue and re-check the (then fresh) expiry. A loser
-            // reads the existing row in the same statement. Zero rows back means the row
-            // that beat us was committed after this statement's snapshot: the caller
-            // runs it again (see `PostgresStore::reserve`).
+            // concurrent takeovers queue and re-check the (then fresh) expiry. A live
+            // row already visible is returned without attempting the INSERT at all, so a
+            // duplicate or replay is a plain read: no row lock, no transaction id, no
+            // WAL flush. Zero rows back means the row that beat us was committed after
+            // this statement's snapshot: the caller runs it again (see
+            // `PostgresStore::reserve`).
             reserve: format!(
-                "WITH taken AS (
+                "WITH live AS (
+  SELECT record FROM {t} WHERE key = $1 AND expires_at > now()
+), taken AS (
   INSERT INTO {t} AS r (key, state, token, attempt, fingerprint, credentials, expires_at, record)
-  VALUES ($1, $2, $3, $4, $5, $6, now() + $7::int8 * interval '1 millisecond', $8)
+  SELECT $1, $2, $3, $4, $5, $6, now() + $7::int8 * interval '1 millisecond', $8
+  WHERE NOT EXISTS (SELECT 1 FROM live)
   ON CONFLICT (key) DO UPDATE SET
     state = excluded.state, token = excluded.token, attempt = excluded.attempt,
     fingerprint = excluded.fingerprint, credentials = excluded.credentials,
@@ -74,8 +79,7 @@ COMMIT;"
 )
 SELECT NULL::bytea FROM taken
 UNION ALL
-SELECT record FROM {t}
-WHERE key = $1 AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM taken)"
+SELECT record FROM live"
             ),
             replace: format!(
                 "UPDATE {t} SET state = $3, token = $4, attempt = $5,
