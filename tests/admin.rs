@@ -88,7 +88,7 @@ async fn health_readiness_and_metrics_after_known_traffic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_admin_shows_and_releases_records() {
-    for backend in [Backend::memory(), Backend::redis()] {
+    for backend in [Backend::memory(), Backend::redis(), Backend::postgres()] {
         let env = Env::new(backend).await;
         let idem = env.idem(ROUTES).await;
         post(&url(&idem, "/invoices/k1/charge"), &[], "{}").await;

@@ -43,9 +43,10 @@ async fn metric(p: &IdemProcess, name: &str) -> f64 {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn frozen_owner_cannot_overwrite_its_successor() {
-    let env = Env::new(Backend::redis()).await;
+shared_stores!(frozen_owner_cannot_overwrite_its_successor);
+
+async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
+    let env = Env::new(backend).await;
     let a = IdemProcess::spawn(&yaml(&env, "1s")).await;
     let b = IdemProcess::spawn(&yaml(&env, "1s")).await;
     let u_a = a.url("/invoices/inv_f/charge");

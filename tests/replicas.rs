@@ -1,5 +1,6 @@
-//! Several idem replicas sharing one Redis: one winner across replicas, and a waiting
-//! duplicate on one replica learns of a completion on another (pub/sub, not polling).
+//! Several idem replicas sharing one Redis or PostgreSQL: one winner across replicas,
+//! and a waiting duplicate on one replica learns of a completion on another (pub/sub or
+//! LISTEN/NOTIFY, not polling).
 
 mod support;
 
@@ -10,6 +11,12 @@ use support::env::{Backend, Env};
 use support::harness::{assert_all_got_the_one_result, post, url};
 use support::poll::eventually;
 
+shared_stores!(
+    fifty_duplicates_across_three_replicas_execute_once,
+    waiting_duplicates_across_replicas_all_get_the_one_result,
+    a_waiter_on_another_replica_is_woken_promptly,
+);
+
 const CHARGE: &str = r#"
 routes:
   - name: charge
@@ -19,9 +26,8 @@ routes:
     wait_timeout: 5s
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_duplicates_across_three_replicas_execute_once() {
-    let env = Env::new(Backend::redis()).await;
+async fn fifty_duplicates_across_three_replicas_execute_once(backend: Backend) {
+    let env = Env::new(backend).await;
     let conflict = CHARGE
         .replace("on_concurrent: wait", "on_concurrent: conflict")
         .replace("    wait_timeout: 5s\n", "");
@@ -39,9 +45,8 @@ async fn fifty_duplicates_across_three_replicas_execute_once() {
     assert!(results.iter().all(|r| r.status == 201 || r.status == 409));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
-    let env = Env::new(Backend::redis()).await;
+async fn waiting_duplicates_across_replicas_all_get_the_one_result(backend: Backend) {
+    let env = Env::new(backend).await;
     let replicas = [
         env.idem(CHARGE).await,
         env.idem(CHARGE).await,
@@ -56,9 +61,8 @@ async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
     assert_all_got_the_one_result(&results);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_on_another_replica_is_woken_promptly() {
-    let env = Env::new(Backend::redis()).await;
+async fn a_waiter_on_another_replica_is_woken_promptly(backend: Backend) {
+    let env = Env::new(backend).await;
     let a = env.idem(CHARGE).await;
     let b = env.idem(CHARGE).await;
     let first_url = url(&a, "/invoices/inv_z/charge");

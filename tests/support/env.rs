@@ -1,5 +1,5 @@
-//! A test environment: a mock upstream and a store backend (its own redis-server for
-//! Redis), with idem configured for both.
+//! A test environment: a mock upstream and a store backend (its own redis-server or
+//! PostgreSQL for those), with idem configured for both.
 
 use idem::app::Running;
 
@@ -39,7 +39,8 @@ impl Env {
     }
 }
 
-/// Instantiate an `async fn(Backend)` test case for both stores.
+/// Instantiate an `async fn(Backend)` test case for every store (memory, Redis,
+/// PostgreSQL).
 #[macro_export]
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
@@ -56,6 +57,38 @@ macro_rules! both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::support::store::Backend::redis()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::store::Backend::postgres()).await
+                }
+            )*
+        }
+    };
+}
+
+/// Instantiate an `async fn(Backend)` test case for the stores several idem processes
+/// can share (Redis, PostgreSQL).
+#[macro_export]
+macro_rules! shared_stores {
+    ($($name:ident),* $(,)?) => {
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::store::Backend::redis()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::store::Backend::postgres()).await
                 }
             )*
         }

@@ -7,6 +7,7 @@ pub mod faulty;
 pub mod harness;
 pub mod panics;
 pub mod poll;
+pub mod postgres;
 pub mod redis;
 pub mod store;
 pub mod upstream;

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use idem::config::{RedisConfig, RedisMode};
+use idem::config::{PostgresConfig, RedisConfig, RedisMode};
 use idem::key::StoreKey;
-use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
+use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredResponse};
 
 use super::poll::eventually;
+use super::postgres::PgServer;
 use super::redis::RedisServer;
 
 /// The default `store.redis.op_timeout`.
@@ -23,6 +24,7 @@ pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
+    Postgres(PgServer),
 }
 
 impl Backend {
@@ -34,10 +36,15 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    pub fn postgres() -> Backend {
+        Backend::Postgres(PgServer::start())
+    }
+
     pub async fn instance(&self) -> Store {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
         }
     }
 
@@ -49,6 +56,10 @@ impl Backend {
                 "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: {}ms\n",
                 server.url(),
                 OP_TIMEOUT.as_millis()
+            ),
+            Backend::Postgres(server) => format!(
+                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: 500ms\n    pool_size: 8\n",
+                server.url()
             ),
         }
     }
@@ -67,6 +78,23 @@ impl Backend {
         match self {
             Backend::Redis(server) => server,
             _ => panic!("not a Redis backend"),
+        }
+    }
+
+    /// The private PostgreSQL of a PostgreSQL backend, to stop, kill or inspect it.
+    #[track_caller]
+    pub fn postgres_server(&self) -> &PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn postgres_server_mut(&mut self) -> &mut PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
         }
     }
 }
@@ -98,6 +126,29 @@ pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
         store.is_subscribed()
     })
     .await;
+}
+
+/// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
+pub fn postgres_config(url: &str) -> PostgresConfig {
+    PostgresConfig {
+        url: url.to_owned(),
+        table: "idem_records".to_owned(),
+        pool_size: 16,
+        op_timeout: Duration::from_millis(500),
+    }
+}
+
+/// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).
+pub async fn listening(url: &str) -> PostgresStore {
+    let store = PostgresStore::connect(&postgres_config(url))
+        .await
+        .expect("connect");
+    wait_listening(&store, Duration::from_secs(5)).await;
+    store
+}
+
+pub async fn wait_listening(store: &PostgresStore, within: Duration) {
+    eventually(within, "the store's LISTEN", async || store.is_listening()).await;
 }
 
 pub fn key(n: u8) -> StoreKey {
