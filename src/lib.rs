@@ -4,7 +4,8 @@
 //! - [`config`]: YAML → typed, validated [`config::Config`].
 //! - [`route`]: path templates and the route table (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
-//! - [`store`]: the idempotency store (memory, Redis) behind one narrow interface.
+//! - [`store`]: the idempotency store (memory; Redis standalone, Cluster or Sentinel) behind
+//!   one narrow interface.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom.
 //! - [`server`]: the proxy listener, connection limits, graceful drain.
 //! - [`admin`]: health, readiness, metrics and key admin on a separate listener.

@@ -1,4 +1,5 @@
-//! The store contract, run against every backend (`memory::*`, `redis::*`), then the
+//! The store contract, run against every backend (`memory::*`, `redis::*`,
+//! `redis_cluster::*`), then the
 //! behaviour only one backend has (Redis outages, memory bounds).
 //!
 //! Redis tests start their own `redis-server` on a free port (see `support::redis`).
@@ -28,6 +29,10 @@ macro_rules! contract {
         mod redis {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Backend::redis()).await })*
+        }
+        mod redis_cluster {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::redis_cluster()).await })*
         }
     };
 }

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use idem::config::RedisMode;
 use idem::store::{RedisStore, Reserve, Store, StoreError};
 use tokio::time::{sleep, timeout};
 
@@ -178,40 +177,49 @@ async fn paused_redis_times_out_then_recovers() {
         .await));
 }
 
+/// `wait_replicas: 1` with no replica: the reservation cannot be acknowledged, so it is
+/// a store error (after `op_timeout`), and it is released rather than left to lock out
+/// a retry for the whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wait_replicas_without_replicas_still_reserves() {
+async fn wait_replicas_without_enough_replicas_is_a_store_error() {
     let server = RedisServer::start();
     let mut cfg = redis_config(&server.url());
     cfg.wait_replicas = 1;
     let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
     let start = Instant::now();
-    assert!(won(store
-        .reserve(&key(1), &in_progress(LEASE), LEASE)
-        .await));
-    let took = start.elapsed();
-    // WAIT gave up after op_timeout (no replica exists); the reservation stands.
-    assert!(
-        took >= OP_TIMEOUT && took <= 2 * OP_TIMEOUT + MARGIN,
-        "{took:?}"
-    );
-    let dup = store
+    let e = store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await
-        .unwrap();
-    assert!(matches!(dup, Reserve::Exists(_)));
+        .expect_err("unacknowledged reservation succeeded");
+    assert!(
+        matches!(e, StoreError::Unavailable(ref m) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= OP_TIMEOUT && took <= 3 * OP_TIMEOUT + MARGIN,
+        "{took:?}"
+    );
+    assert_eq!(store.get(&key(1)).await.unwrap(), None, "released");
 }
 
-#[tokio::test]
-async fn cluster_and_sentinel_are_refused_clearly_for_now() {
-    for mode in [RedisMode::Cluster, RedisMode::Sentinel] {
-        let mut cfg = redis_config("redis://127.0.0.1:1/0");
-        cfg.mode = mode;
-        match RedisStore::connect(&cfg).await {
-            Err(StoreError::Unavailable(msg)) => assert!(msg.contains("not supported"), "{msg}"),
-            Err(e) => panic!("unexpected error {e:?}"),
-            Ok(_) => panic!("mode {mode:?} accepted"),
-        }
-    }
+/// A reservation the client layer sent twice (its first reply lost) finds its own
+/// record: that is a win, not a duplicate in progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_reservation_recognises_its_own_token() {
+    let server = RedisServer::start();
+    let store = Store::Redis(subscribed(&server.url()).await);
+    let mine = in_progress(LEASE);
+    assert!(won(store.reserve(&key(1), &mine, LEASE).await));
+    assert!(
+        won(store.reserve(&key(1), &mine, LEASE).await),
+        "own token is won"
+    );
+    let other = in_progress(LEASE);
+    assert!(matches!(
+        store.reserve(&key(1), &other, LEASE).await.unwrap(),
+        Reserve::Exists(r) if r.token == mine.token
+    ));
 }
 
 /// ACL user from the URL, with only the permissions idem needs (the README's minimal

@@ -6,5 +6,6 @@ pub mod env;
 pub mod faulty;
 pub mod harness;
 pub mod redis;
+pub mod redis_cluster;
 pub mod store;
 pub mod upstream;

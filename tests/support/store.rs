@@ -10,6 +10,7 @@ use idem::key::StoreKey;
 use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
 
 use super::redis::RedisServer;
+use super::redis_cluster::RedisCluster;
 
 /// The default `store.redis.op_timeout`.
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
@@ -20,6 +21,7 @@ pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
+    RedisCluster(RedisCluster),
 }
 
 impl Backend {
@@ -31,10 +33,18 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    /// Three masters, no replicas: enough for keys to spread over nodes.
+    pub fn redis_cluster() -> Backend {
+        Backend::RedisCluster(RedisCluster::start(3, 0))
+    }
+
     pub async fn instance(&self) -> Store {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::RedisCluster(cluster) => {
+                Store::Redis(subscribed_with(&cluster_config(cluster.seeds())).await)
+            }
         }
     }
 }
@@ -42,22 +52,30 @@ impl Backend {
 pub fn redis_config(url: &str) -> RedisConfig {
     RedisConfig {
         url: url.to_owned(),
-        mode: RedisMode::Standalone,
-        nodes: vec![],
-        sentinel_master: "mymaster".to_owned(),
-        key_prefix: "idem:".to_owned(),
         op_timeout: OP_TIMEOUT,
-        wait_replicas: 0,
+        ..RedisConfig::default()
+    }
+}
+
+/// Cluster mode over `seeds`.
+pub fn cluster_config(seeds: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Cluster,
+        nodes: seeds,
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
     }
 }
 
 /// A `RedisStore` whose event subscription is up, so timing assertions measure
 /// pub/sub delivery rather than subscription start-up.
 pub async fn subscribed(url: &str) -> RedisStore {
-    let store = RedisStore::connect(&redis_config(url))
-        .await
-        .expect("connect");
-    wait_subscribed(&store, Duration::from_secs(5)).await;
+    subscribed_with(&redis_config(url)).await
+}
+
+pub async fn subscribed_with(cfg: &RedisConfig) -> RedisStore {
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    wait_subscribed(&store, Duration::from_secs(10)).await;
     store
 }
 
