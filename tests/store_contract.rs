@@ -1,5 +1,5 @@
 //! The store contract, run against every backend (`memory::*`, `redis::*`,
-//! `redis_cluster::*`), then the
+//! `redis_cluster::*`, `redis_sentinel::*`), then the
 //! behaviour only one backend has (Redis outages, memory bounds).
 //!
 //! Redis tests start their own `redis-server` on a free port (see `support::redis`).
@@ -33,6 +33,10 @@ macro_rules! contract {
         mod redis_cluster {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Backend::redis_cluster()).await })*
+        }
+        mod redis_sentinel {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::redis_sentinel()).await })*
         }
     };
 }

@@ -7,5 +7,6 @@ pub mod faulty;
 pub mod harness;
 pub mod redis;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod store;
 pub mod upstream;

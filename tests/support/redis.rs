@@ -35,9 +35,10 @@ impl RedisServer {
         RedisServer::launch(extra, false)
     }
 
-    /// Starts `redis-server --sentinel` with `extra` config lines given as arguments.
-    pub fn start_sentinel(extra: &[&str]) -> RedisServer {
-        RedisServer::launch(extra, true)
+    /// Starts `redis-server <conf> --sentinel`; `lines` are written to its config file
+    /// (which the sentinel then rewrites as it learns the topology).
+    pub fn start_sentinel(lines: &[&str]) -> RedisServer {
+        RedisServer::launch(lines, true)
     }
 
     fn launch(extra: &[&str], sentinel: bool) -> RedisServer {
@@ -96,14 +97,22 @@ impl RedisServer {
     fn spawn(&mut self) -> Result<(), String> {
         self.stop();
         let mut cmd = Command::new("redis-server");
-        if self.sentinel {
-            // A sentinel rewrites its config file: give it one in its own directory.
-            let conf = self.dir.path().join("sentinel.conf");
-            std::fs::write(&conf, "").expect("write sentinel.conf");
-            cmd.arg(&conf).arg("--sentinel");
-        }
         let port = self.port.to_string();
-        let extra = self.extra.iter().map(|a| a.replace("{port}", &port));
+        let mut extra: Vec<String> = self
+            .extra
+            .iter()
+            .map(|a| a.replace("{port}", &port))
+            .collect();
+        if self.sentinel {
+            // A sentinel rewrites its config file: give it one in its own directory,
+            // kept across restarts.
+            let conf = self.dir.path().join("sentinel.conf");
+            if !conf.exists() {
+                std::fs::write(&conf, extra.join("\n") + "\n").expect("write sentinel.conf");
+            }
+            cmd.arg(&conf).arg("--sentinel");
+            extra.clear();
+        }
         let child = cmd
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(extra)

@@ -11,6 +11,7 @@ use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
 
 use super::redis::RedisServer;
 use super::redis_cluster::RedisCluster;
+use super::redis_sentinel::RedisSentinelSet;
 
 /// The default `store.redis.op_timeout`.
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
@@ -22,6 +23,7 @@ pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
     RedisCluster(RedisCluster),
+    RedisSentinel(RedisSentinelSet),
 }
 
 impl Backend {
@@ -38,12 +40,20 @@ impl Backend {
         Backend::RedisCluster(RedisCluster::start(3, 0))
     }
 
+    /// A master, one replica and three sentinels.
+    pub fn redis_sentinel() -> Backend {
+        Backend::RedisSentinel(RedisSentinelSet::start(1))
+    }
+
     pub async fn instance(&self) -> Store {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
             Backend::RedisCluster(cluster) => {
                 Store::Redis(subscribed_with(&cluster_config(cluster.seeds())).await)
+            }
+            Backend::RedisSentinel(set) => {
+                Store::Redis(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
             }
         }
     }
@@ -52,6 +62,17 @@ impl Backend {
 pub fn redis_config(url: &str) -> RedisConfig {
     RedisConfig {
         url: url.to_owned(),
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
+    }
+}
+
+/// Sentinel mode over `sentinels`, master `mymaster`.
+pub fn sentinel_config(sentinels: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Sentinel,
+        nodes: sentinels,
+        url: "redis://ignored:0/0".to_owned(),
         op_timeout: OP_TIMEOUT,
         ..RedisConfig::default()
     }
