@@ -203,6 +203,115 @@ async fn wait_replicas_without_enough_replicas_is_a_store_error() {
     assert_eq!(store.get(&key(1)).await.unwrap(), None, "released");
 }
 
+/// `wait_replicas: 1` with a replica: reservation and completion are acknowledged;
+/// with the replica frozen, both are store errors (a failover now could lose them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    while !replica
+        .command(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        sleep(Duration::from_millis(20)).await;
+    }
+    let mut cfg = redis_config(&master.url());
+    cfg.wait_replicas = 1;
+    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let mine = in_progress(LEASE);
+    assert!(won(store.reserve(&key(1), &mine, LEASE).await));
+    let done = completed(&mine, RETENTION);
+    assert!(store
+        .replace_if_owner(&key(1), &mine.token, &done, RETENTION, false)
+        .await
+        .unwrap());
+
+    let pending = in_progress(LEASE);
+    assert!(won(store.reserve(&key(3), &pending, LEASE).await));
+
+    replica.pause();
+    let e = store.reserve(&key(2), &in_progress(LEASE), LEASE).await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    assert_eq!(
+        store.get(&key(2)).await.unwrap(),
+        None,
+        "unacknowledged reservation released"
+    );
+    // A renewal does not wait for replicas: a lagging replica never costs a lease.
+    assert!(store
+        .replace_if_owner(
+            &key(3),
+            &pending.token,
+            &pending.renewed(LEASE),
+            LEASE,
+            false
+        )
+        .await
+        .unwrap());
+    // A completion is written but not acknowledged: a store error.
+    let finished = completed(&pending, RETENTION);
+    let e = store
+        .replace_if_owner(&key(3), &pending.token, &finished, RETENTION, true)
+        .await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    replica.resume();
+}
+
+/// In cluster mode `WAIT` goes to the node that holds the key: with that node's only
+/// replica frozen, a reservation there is a store error while other shards still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_wait_goes_to_the_keys_own_node() {
+    use super::support::redis_cluster::{slot, RedisCluster};
+    use super::support::store::cluster_config;
+    let cluster = RedisCluster::start(3, 1);
+    let mut cfg = cluster_config(cluster.seeds());
+    cfg.wait_replicas = 1;
+    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let frozen_slot = slot(b"{01}");
+    let master = cluster.master_of(frozen_slot);
+    assert!(won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+    let replica = cluster.replica_of(master);
+    cluster.nodes[replica].pause();
+    let e = store.reserve(&key(1), &in_progress(LEASE), LEASE).await;
+    assert!(
+        matches!(e, Ok(Reserve::Exists(_))),
+        "a loser needs no WAIT: {e:?}"
+    );
+    // key(0x01) is taken; find another key in the frozen shard and one elsewhere.
+    let in_shard = (2..=255u8)
+        .find(|&b| cluster.master_of(slot(format!("{{{b:02x}}}").as_bytes())) == master)
+        .expect("another bucket on that master");
+    let elsewhere = (2..=255u8)
+        .find(|&b| cluster.master_of(slot(format!("{{{b:02x}}}").as_bytes())) != master)
+        .expect("a bucket on another master");
+    let e = store
+        .reserve(&key(in_shard), &in_progress(LEASE), LEASE)
+        .await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    assert!(won(store
+        .reserve(&key(elsewhere), &in_progress(LEASE), LEASE)
+        .await));
+    cluster.nodes[replica].resume();
+}
+
 /// A reservation the client layer sent twice (its first reply lost) finds its own
 /// record: that is a win, not a duplicate in progress.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,6 +65,25 @@ impl RedisCluster {
             .expect("a master for the slot")
     }
 
+    /// A live replica of the master `master`.
+    pub fn replica_of(&self, master: usize) -> usize {
+        let nodes = self.nodes[master].command(&["CLUSTER", "NODES"]);
+        let id = nodes
+            .lines()
+            .find(|l| l.contains("myself"))
+            .and_then(|l| l.split(' ').next())
+            .expect("own node id")
+            .to_string();
+        self.live()
+            .find(|&i| {
+                let nodes = self.nodes[i].command(&["CLUSTER", "NODES"]);
+                nodes
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains("slave") && l.contains(&id))
+            })
+            .expect("a replica of the master")
+    }
+
     fn owns(&self, i: usize, slot: u16) -> bool {
         let nodes = self.nodes[i].command(&["CLUSTER", "NODES"]);
         nodes.lines().any(|line| {
