@@ -9,4 +9,5 @@ pub mod redis;
 pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod store;
+pub mod tls;
 pub mod upstream;
