@@ -23,7 +23,9 @@ async fn assert_failing_fast(store: &Store) {
     for _ in 0..3 {
         let start = Instant::now();
         let results = [
-            store.reserve(&key(1), &r, LEASE).await.err(),
+            // Not key(1): a key this process owns is known to be in progress without
+            // asking Redis (in-process coalescing).
+            store.reserve(&key(4), &r, LEASE).await.err(),
             store.get(&key(1)).await.err(),
             store
                 .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
@@ -94,8 +96,10 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
         subscribed(&server.url()).await,
     );
     let (store, other) = (Store::Redis(a.clone()), Store::Redis(b.clone()));
+    // Another key than the one reserved after the restart: this process owns key(5)
+    // until its lease ends, and knows so without asking Redis.
     store
-        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .reserve(&key(5), &in_progress(LEASE), LEASE)
         .await
         .unwrap();
 
@@ -216,10 +220,10 @@ async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
         "--repl-diskless-sync-delay",
         "0",
     ]);
-    while !replica
-        .command(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
+    // Until a probe write is acknowledged: after its sync a replica's acks can lag by
+    // up to a second.
+    master.command(&["SET", "probe", "1"]);
+    while master.command(&["WAIT", "1", "100"]) != ":1\r\n" {
         sleep(Duration::from_millis(20)).await;
     }
     let mut cfg = redis_config(&master.url());

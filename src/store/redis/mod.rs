@@ -17,6 +17,7 @@
 
 mod conn;
 mod keys;
+mod local;
 mod scripts;
 mod sentinel;
 mod sharded;
@@ -35,6 +36,7 @@ use tokio::time::timeout;
 
 use self::conn::{Conn, Link};
 use self::keys::Layout;
+use self::local::Lookup;
 use self::scripts::{Fenced, Scripts};
 pub use self::subscriber::Events;
 use self::target::Target;
@@ -149,7 +151,47 @@ impl RedisStore {
     /// survives a failover. Too few acks are a store error (the caller refuses or
     /// degrades per `on_error`), after a best-effort release of the reservation so a
     /// retry is not locked out for the whole lease.
+    ///
+    /// Concurrent reservations of one key in this process are coalesced (`local.rs`):
+    /// one goes to Redis and the others take its outcome, and a key this process owns
+    /// is answered from memory.
     pub async fn reserve(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        lease: Duration,
+    ) -> Result<Reserve, StoreError> {
+        // A record with our own token is ours (a retried call), as in `reserve_in_redis`.
+        let exists = |existing: Record| match existing.token == record.token {
+            true => Reserve::Won,
+            false => Reserve::Exists(existing),
+        };
+        match self.events.local.lookup(key) {
+            Lookup::Known(existing) => Ok(exists(existing)),
+            Lookup::Follow(mut outcome) => {
+                // The leader's round trip is bounded (op_timeout, and as long again
+                // for WAIT). If it failed or was cancelled, go to Redis ourselves: one
+                // slow reply must not fail a whole storm of duplicates at once.
+                let bound = self.op_timeout * 3;
+                let shared = timeout(bound, outcome.wait_for(Option::is_some)).await;
+                match shared.ok().and_then(|r| r.ok()).and_then(|o| o.clone()) {
+                    Some(Ok(existing)) => Ok(exists(existing)),
+                    _ => self.reserve_in_redis(key, record, lease).await,
+                }
+            }
+            Lookup::Lead(leader) => {
+                let result = self.reserve_in_redis(key, record, lease).await;
+                match &result {
+                    Ok(Reserve::Won) => leader.won(record),
+                    Ok(Reserve::Exists(existing)) => leader.exists(existing),
+                    Err(e) => leader.failed(e),
+                }
+                result
+            }
+        }
+    }
+
+    async fn reserve_in_redis(
         &self,
         key: &StoreKey,
         record: &Record,
@@ -213,6 +255,11 @@ impl RedisStore {
         if replaced == 1 && !renewal {
             self.wait_for_replicas(&mut link, &store_key).await?;
         }
+        match replaced {
+            1 => self.events.local.written(key, owner, record),
+            // Not (or no longer) ours: whatever this process remembers of it is stale.
+            _ => self.events.local.forget(key),
+        }
         if replaced == 1 && notify {
             // Local waiters need not wait for the round trip through pub/sub.
             self.events.watchers.notify(key);
@@ -235,6 +282,7 @@ impl RedisStore {
         let released: i64 = self
             .bounded(&self.conn, eval(&mut link, script, &store_key, None, args))
             .await?;
+        self.events.local.forget(key);
         if released == 1 {
             self.events.watchers.notify(key);
         }
@@ -254,13 +302,17 @@ impl RedisStore {
         let script = &self.scripts.delete;
         let store_key = self.layout.store_key(key);
         let channel = self.layout.channel(key);
+        // The suffix tells every replica to drop what it remembers of the key.
+        let mut message = key.hex().to_vec();
+        message.extend_from_slice(subscriber::DELETED);
         let args = |cmd: &mut Cmd| {
-            cmd.arg(&*channel).arg(&key.hex()[..]);
+            cmd.arg(&*channel).arg(&message[..]);
         };
         let deleted: i64 = self
             .bounded(&self.conn, eval(&mut link, script, &store_key, None, args))
             .await?;
         if deleted == 1 {
+            self.events.local.forget(key);
             self.events.watchers.notify(key);
         }
         Ok(deleted == 1)

@@ -20,6 +20,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::{sleep, timeout};
 
+use super::local::Local;
 use super::subscriber::{dispatch, log_failure, MAX_BACKOFF, MIN_BACKOFF, PING_INTERVAL};
 use crate::store::Watchers;
 
@@ -29,6 +30,7 @@ pub(super) async fn run(
     builder: ClusterClientBuilder,
     channels: Vec<String>,
     watchers: Watchers,
+    local: Local,
     subscribed: Arc<AtomicBool>,
     bound: Duration,
 ) {
@@ -65,14 +67,14 @@ pub(super) async fn run(
                 Ok(()) => {
                     // The confirmations of our own SSUBSCRIBEs are not news.
                     while let Ok(push) = pushes.try_recv() {
-                        on_message(&push, &watchers);
+                        on_message(&push, &watchers, &local);
                     }
                     backoff = MIN_BACKOFF;
                     failures = 0;
                     subscribed.store(true, Ordering::Release);
                     // Anything published while a shard was not subscribed was missed.
                     watchers.notify_all();
-                    listen(&mut conn, &mut pushes, &watchers, bound).await;
+                    listen(&mut conn, &mut pushes, &watchers, &local, bound).await;
                     subscribed.store(false, Ordering::Release);
                     tracing::warn!("redis cluster subscription lost a node; resubscribing");
                 }
@@ -105,6 +107,7 @@ async fn listen(
     conn: &mut ClusterConnection,
     pushes: &mut UnboundedReceiver<PushInfo>,
     watchers: &Watchers,
+    local: &Local,
     bound: Duration,
 ) {
     let mut ping = tokio::time::interval(PING_INTERVAL);
@@ -112,7 +115,7 @@ async fn listen(
     loop {
         tokio::select! {
             push = pushes.recv() => match push {
-                Some(push @ PushInfo { kind: PushKind::SMessage, .. }) => on_message(&push, watchers),
+                Some(push @ PushInfo { kind: PushKind::SMessage, .. }) => on_message(&push, watchers, local),
                 // redis-rs re-subscribed a channel (slot moved, connection rebuilt):
                 // its messages may have been missed meanwhile.
                 Some(PushInfo { kind: PushKind::SSubscribe, .. }) => watchers.notify_all(),
@@ -133,10 +136,10 @@ async fn listen(
     }
 }
 
-fn on_message(push: &PushInfo, watchers: &Watchers) {
+fn on_message(push: &PushInfo, watchers: &Watchers, local: &Local) {
     if push.kind == PushKind::SMessage {
         if let Some(Value::BulkString(payload)) = push.data.get(1) {
-            dispatch(watchers, payload);
+            dispatch(watchers, local, payload);
         }
     }
 }

@@ -27,6 +27,7 @@ use tokio::time::{sleep, timeout};
 
 use super::super::task::AbortOnDrop;
 use super::keys::Layout;
+use super::local::Local;
 use super::target::Target;
 use crate::key::StoreKey;
 use crate::store::Watchers;
@@ -42,6 +43,8 @@ pub(super) const PING_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Events {
     pub(super) layout: Layout,
     pub(super) watchers: Watchers,
+    /// What this process knows of keys without asking Redis (`local.rs`).
+    pub(super) local: Local,
     /// Set while the subscription is up (exposed as `RedisStore::is_subscribed`).
     pub(super) subscribed: Arc<AtomicBool>,
     _task: Arc<AbortOnDrop>,
@@ -57,6 +60,7 @@ impl Events {
         op_timeout: Duration,
     ) -> Events {
         let watchers = Watchers::new();
+        let local = Local::default();
         let subscribed = Arc::new(AtomicBool::new(false));
         let timeout = op_timeout.max(Duration::from_secs(1));
         let task = match sharded {
@@ -64,6 +68,7 @@ impl Events {
                 builder,
                 layout.all_channels(),
                 watchers.clone(),
+                local.clone(),
                 subscribed.clone(),
                 timeout,
             )),
@@ -72,6 +77,7 @@ impl Events {
                     target,
                     channel: layout.all_channels().remove(0),
                     watchers: watchers.clone(),
+                    local: local.clone(),
                     subscribed: subscribed.clone(),
                     timeout,
                 }
@@ -81,6 +87,7 @@ impl Events {
         Events {
             layout,
             watchers,
+            local,
             subscribed,
             _task: Arc::new(AbortOnDrop(task)),
         }
@@ -93,6 +100,7 @@ struct Subscriber {
     target: Target,
     channel: String,
     watchers: Watchers,
+    local: Local,
     subscribed: Arc<AtomicBool>,
     /// Bound for connecting, subscribing and health PINGs.
     timeout: Duration,
@@ -166,7 +174,7 @@ impl Subscriber {
     }
 
     fn dispatch(&self, msg: &Msg) {
-        dispatch(&self.watchers, msg.get_payload_bytes());
+        dispatch(&self.watchers, &self.local, msg.get_payload_bytes());
     }
 
     fn log_failure(&self, failures: &mut u32, error: &str) {
@@ -174,11 +182,25 @@ impl Subscriber {
     }
 }
 
-/// Wakes the watchers of the key named by an event's payload (the key in hex).
-pub(super) fn dispatch(watchers: &Watchers, payload: &[u8]) {
+/// The suffix of an admin delete's event: replicas forget what they remember of the key.
+pub(super) const DELETED: &[u8] = b":deleted";
+
+/// Wakes the watchers of the key named by an event's payload (the key in hex, and
+/// [`DELETED`] after an admin delete).
+pub(super) fn dispatch(watchers: &Watchers, local: &Local, payload: &[u8]) {
+    let (hex, deleted) = match payload.strip_suffix(DELETED) {
+        Some(hex) => (hex, true),
+        None => (payload, false),
+    };
     let mut key = [0u8; 32];
-    match hex::decode_to_slice(payload, &mut key) {
-        Ok(()) => watchers.notify(&StoreKey(key)),
+    match hex::decode_to_slice(hex, &mut key) {
+        Ok(()) => {
+            let key = StoreKey(key);
+            if deleted {
+                local.forget(&key);
+            }
+            watchers.notify(&key);
+        }
         Err(_) => tracing::debug!("ignoring malformed redis event"),
     }
 }
