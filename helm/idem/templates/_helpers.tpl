@@ -169,6 +169,10 @@ store:
     {{- with omit ($store.redis | default dict) "url" }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+    {{- if and .Values.redis.tls.caSecret (not ($store.redis | default dict).tls) }}
+    tls:
+      ca_file: {{ printf "/etc/idem-redis-ca/%s" .Values.redis.tls.caKey | quote }}
+    {{- end }}
   {{- end }}
 {{- with $c.default }}
 default: {{ . }}
