@@ -13,6 +13,8 @@ use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredR
 use super::poll::eventually;
 use super::postgres::PgServer;
 use super::redis::RedisServer;
+use super::redis_cluster::RedisCluster;
+use super::redis_sentinel::RedisSentinelSet;
 
 /// The default `store.redis.op_timeout`.
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
@@ -24,6 +26,8 @@ pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
+    RedisCluster(RedisCluster),
+    RedisSentinel(RedisSentinelSet),
     Postgres(PgServer),
 }
 
@@ -36,6 +40,16 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    /// Three masters, no replicas: enough for keys to spread over nodes.
+    pub fn redis_cluster() -> Backend {
+        Backend::RedisCluster(RedisCluster::start(3, 0))
+    }
+
+    /// A master, one replica and three sentinels.
+    pub fn redis_sentinel() -> Backend {
+        Backend::RedisSentinel(RedisSentinelSet::start(1))
+    }
+
     pub fn postgres() -> Backend {
         Backend::Postgres(PgServer::start())
     }
@@ -44,6 +58,12 @@ impl Backend {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::RedisCluster(cluster) => {
+                Store::Redis(subscribed_with(&cluster_config(cluster.seeds())).await)
+            }
+            Backend::RedisSentinel(set) => {
+                Store::Redis(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
+            }
             Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
         }
     }
@@ -55,6 +75,16 @@ impl Backend {
             Backend::Redis(server) => format!(
                 "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: {}ms\n",
                 server.url(),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisCluster(cluster) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: cluster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                cluster.seeds().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisSentinel(set) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    sentinel_master: mymaster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                set.sentinel_urls().join(", "),
                 OP_TIMEOUT.as_millis()
             ),
             Backend::Postgres(server) => format!(
@@ -102,22 +132,41 @@ impl Backend {
 pub fn redis_config(url: &str) -> RedisConfig {
     RedisConfig {
         url: url.to_owned(),
-        mode: RedisMode::Standalone,
-        nodes: vec![],
-        sentinel_master: "mymaster".to_owned(),
-        key_prefix: "idem:".to_owned(),
         op_timeout: OP_TIMEOUT,
-        wait_replicas: 0,
+        ..RedisConfig::default()
+    }
+}
+
+/// Sentinel mode over `sentinels`, master `mymaster`.
+pub fn sentinel_config(sentinels: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Sentinel,
+        nodes: sentinels,
+        url: "redis://ignored:0/0".to_owned(),
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
+    }
+}
+
+/// Cluster mode over `seeds`.
+pub fn cluster_config(seeds: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Cluster,
+        nodes: seeds,
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
     }
 }
 
 /// A `RedisStore` whose event subscription is up, so timing assertions measure
 /// pub/sub delivery rather than subscription start-up.
 pub async fn subscribed(url: &str) -> RedisStore {
-    let store = RedisStore::connect(&redis_config(url))
-        .await
-        .expect("connect");
-    wait_subscribed(&store, Duration::from_secs(5)).await;
+    subscribed_with(&redis_config(url)).await
+}
+
+pub async fn subscribed_with(cfg: &RedisConfig) -> RedisStore {
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    wait_subscribed(&store, Duration::from_secs(10)).await;
     store
 }
 
