@@ -4,6 +4,8 @@
 //! - [`config`]: YAML → typed, validated [`config::Config`].
 //! - [`route`]: path templates and the route table (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
+//! - [`mcp`]: MCP messages (which `tools/call` is protected, final responses in event
+//!   streams, replays under the new id, `tools/list` amendments); glue in `proxy/mcp.rs`.
 //! - [`store`]: the idempotency store (memory, Redis) behind one narrow interface.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom.
 //! - [`server`]: the proxy listener, connection limits, graceful drain.
@@ -21,6 +23,7 @@ pub mod config;
 pub mod demo;
 pub mod key;
 pub mod loadtest;
+pub mod mcp;
 pub mod metrics;
 pub mod path;
 pub mod proxy;

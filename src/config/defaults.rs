@@ -132,6 +132,7 @@ impl RoutePolicy {
                 .iter()
                 .map(|h| HeaderName::from_static(h))
                 .collect(),
+            mcp: None,
         }
     }
 }

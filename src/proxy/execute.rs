@@ -26,6 +26,7 @@ use super::problem::{self, ProblemFormat};
 use super::Worker;
 use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
+use crate::mcp::ToolCall;
 use crate::store::{Record, StoredResponse};
 use crate::upstream::Sent;
 
@@ -34,6 +35,8 @@ pub struct Call {
     pub policy: Arc<RoutePolicy>,
     /// How a failure is answered, if the caller has had nothing yet.
     pub format: ProblemFormat,
+    /// The protected MCP call, on an MCP route: its final response is what is stored.
+    pub mcp: Option<Arc<ToolCall>>,
     pub key: StoreKey,
     /// Our in-progress record; its token proves ownership.
     pub record: Record,
@@ -53,20 +56,21 @@ pub fn spawn(worker: &Arc<Worker>, call: Call) -> oneshot::Receiver<Response<Pro
 }
 
 /// How the exchange with the upstream ended, with what settling it needs.
-struct Ended {
-    exchanged: Exchanged,
+pub(super) struct Ended {
+    pub exchanged: Exchanged,
     /// Why the outcome is unknown or nothing was sent (logged; ends the caller's body).
-    reason: String,
+    pub reason: String,
     /// The response to record, when the route stores its status.
-    stored: Option<StoredResponse>,
+    pub stored: Option<StoredResponse>,
     /// The caller's side: its end (and the head, if nothing went out yet) still held.
-    out: Outbound,
+    pub out: Outbound,
 }
 
 async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<ProxyBody>>) {
     let Call {
         policy,
         format,
+        mcp,
         key,
         record,
         request,
@@ -76,7 +80,7 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
     let waiters = policy.on_concurrent == OnConcurrent::Wait;
     let holder = LeaseHolder::new(worker.clone(), key, record, policy.lease, waiters);
     let out = Outbound::new(reply, worker.upstream.timeout);
-    let work = std::pin::pin!(exchange(&worker, &policy, request, out));
+    let work = std::pin::pin!(exchange(&worker, &policy, mcp.as_deref(), request, out));
     let (holder, ended) = renewing(holder, work).await;
     worker
         .metrics
@@ -97,7 +101,7 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
         _ => holder.release().await,
     }
     match exchanged {
-        Exchanged::Answered(_) => out.finish().await,
+        Exchanged::Answered(_) | Exchanged::NotFinal => out.finish().await,
         Exchanged::NotSent => {
             let p = problem::upstream_unavailable();
             out.fail(format.respond(p), reason).await;
@@ -114,6 +118,7 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
 async fn exchange(
     worker: &Worker,
     policy: &RoutePolicy,
+    mcp: Option<&ToolCall>,
     request: Request<UpstreamBody>,
     mut out: Outbound,
 ) -> Ended {
@@ -129,6 +134,9 @@ async fn exchange(
         Sent::Ambiguous(reason) => return unanswered(Exchanged::Ambiguous, reason, out),
         Sent::Answered(response) => response,
     };
+    if let Some(call) = mcp {
+        return super::mcp_answer::exchange(response, call, policy, timeout, out).await;
+    }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let status = parts.status.as_u16();

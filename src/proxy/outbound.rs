@@ -7,7 +7,10 @@
 //!   stream itself — the terminating chunk, h2's `END_STREAM` — which goes out when the
 //!   channel closes after [`Outbound::finish`];
 //! - trailers, which only ever come last;
-//! - the head itself when the body is empty (a `204`, `Content-Length: 0`).
+//! - the head itself when the body is empty (a `204`, `Content-Length: 0`);
+//! - on an MCP route, the frame that completes the call's final JSON-RPC response in an
+//!   event stream ([`Outbound::hold`]): a client acts on that event, not on the stream's
+//!   close.
 //!
 //! Every send tolerates a caller that has gone or stopped reading: the call carries on
 //! and records the outcome without it.
@@ -34,6 +37,8 @@ pub struct Outbound {
     last: Option<Frame<Bytes>>,
     /// Trailers, held until `finish`.
     trailers: Option<Frame<Bytes>>,
+    /// Frames held by [`Outbound::hold`], in order, until `finish`.
+    held: Vec<Frame<Bytes>>,
     tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
     send_timeout: Duration,
 }
@@ -46,6 +51,7 @@ impl Outbound {
             remaining: None,
             last: None,
             trailers: None,
+            held: Vec::new(),
             tx: None,
             send_timeout,
         }
@@ -78,6 +84,11 @@ impl Outbound {
         self.send(frame).await;
     }
 
+    /// Hold this frame until `finish`: it completes the answer the caller acts on.
+    pub fn hold(&mut self, frame: Frame<Bytes>) {
+        self.held.push(frame);
+    }
+
     fn send_head(&mut self) {
         let (Some((head, hint)), Some(reply)) = (self.head.take(), self.reply.take()) else {
             return;
@@ -104,10 +115,12 @@ impl Outbound {
     /// the stream.
     pub async fn finish(&mut self) {
         self.send_head();
-        for frame in [self.last.take(), self.trailers.take()]
-            .into_iter()
-            .flatten()
-        {
+        let held = std::mem::take(&mut self.held);
+        for frame in held.into_iter().chain(
+            [self.last.take(), self.trailers.take()]
+                .into_iter()
+                .flatten(),
+        ) {
             self.send(frame).await;
         }
         self.tx = None;
