@@ -16,6 +16,11 @@ use crate::canonical;
 pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// The first revision of the stateless era, whose results carry `resultType`.
+const MODERN: &str = "2026-07-28";
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 const TOOLS_CALL: &str = "tools/call";
 const TOOLS_LIST: &str = "tools/list";
@@ -54,6 +59,9 @@ pub struct ToolCall {
     /// Whether every number of the arguments survived parsing exactly; when not, two
     /// different amounts could share a hash and the call is refused.
     pub exact: bool,
+    /// Whether the caller speaks the 2026-07-28 era (or later): a replay or a tool error
+    /// then carries `resultType`, which that era's schema requires and older ones lack.
+    pub modern: bool,
 }
 
 /// Read the headers: pass, amend a `tools/list`, or read the body.
@@ -101,11 +109,19 @@ pub fn classify(body: &BodyView, headers: &HeaderMap, route: &McpRoute) -> Messa
                 return Message::Other;
             }
             let arguments = params.and_then(|p| p.get("arguments"));
+            let meta_version = params
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(PROTOCOL_VERSION_META))
+                .and_then(Value::as_str);
+            let header_version = headers
+                .get(MCP_PROTOCOL_VERSION)
+                .and_then(|v| v.to_str().ok());
             Message::ToolCall(ToolCall {
                 id: id.clone(),
                 tool: tool.to_owned(),
                 args_hash: args_hash(tool, arguments),
                 exact: body.is_exact(),
+                modern: meta_version.or(header_version).is_some_and(|v| v >= MODERN),
             })
         }
         _ => Message::Other,

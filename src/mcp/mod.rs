@@ -9,9 +9,11 @@
 //!   the tool error every proxy-made error becomes.
 //! - [`sse`]: splitting a `text/event-stream` into events as its bytes arrive.
 //! - [`tools_list`]: telling the model that a protected tool is safe to repeat.
+//! - [`raw`]: JSON objects edited member by member, other bytes kept.
 
 pub mod answer;
 pub mod message;
+pub mod raw;
 pub mod sse;
 pub mod tools_list;
 

@@ -122,7 +122,10 @@ impl<'a> Flow<'a> {
         mcp: Option<Arc<ToolCall>>,
     ) -> Flow<'a> {
         let format = match &mcp {
-            Some(call) => ProblemFormat::McpToolError(call.id.clone()),
+            Some(call) => ProblemFormat::McpToolError {
+                id: call.id.clone(),
+                modern: call.modern,
+            },
             None => ProblemFormat::default(),
         };
         Flow {
@@ -174,7 +177,7 @@ impl<'a> Flow<'a> {
                 Decision::Won => return self.forward(&intent, mine).await,
                 Decision::Replay { stored, body } => {
                     let response = match &self.mcp {
-                        Some(call) => replay_mcp(stored, body, &call.id),
+                        Some(call) => replay_mcp(stored, body, call),
                         None => replay(stored, body),
                     };
                     return self.answer(response, Outcome::replayed);

@@ -72,9 +72,10 @@ impl Problem {
     /// The problem on an MCP route, for a `tools/call` with JSON-RPC id `id`: HTTP 200,
     /// a JSON-RPC response whose result is a tool error (`isError: true`, the detail as
     /// text, the problem document as `structuredContent`; SPEC §8).
-    pub fn into_tool_error(self, id: &serde_json::Value) -> Response<ProxyBody> {
+    /// `modern`: the caller speaks the 2026-07-28 era (its results carry `resultType`).
+    pub fn into_tool_error(self, id: &serde_json::Value, modern: bool) -> Response<ProxyBody> {
         let document = serde_json::to_value(self.wire()).unwrap_or_default();
-        let body = crate::mcp::answer::tool_error(id, &self.detail, document);
+        let body = crate::mcp::answer::tool_error(id, &self.detail, document, modern);
         let mut response = Response::new(full(body));
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
@@ -106,15 +107,15 @@ impl Problem {
 pub enum ProblemFormat {
     #[default]
     ProblemJson,
-    /// A protected MCP `tools/call` with this JSON-RPC id.
-    McpToolError(serde_json::Value),
+    /// A protected MCP `tools/call` with this JSON-RPC id, from a 2026-07-28 client or not.
+    McpToolError { id: serde_json::Value, modern: bool },
 }
 
 impl ProblemFormat {
     pub fn respond(&self, problem: Problem) -> Response<ProxyBody> {
         match self {
             ProblemFormat::ProblemJson => problem.into_response(),
-            ProblemFormat::McpToolError(id) => problem.into_tool_error(id),
+            ProblemFormat::McpToolError { id, modern } => problem.into_tool_error(id, *modern),
         }
     }
 }
@@ -294,7 +295,10 @@ mod tests {
 
     #[test]
     fn on_mcp_routes_a_problem_is_a_tool_error_for_the_request_id() {
-        let format = ProblemFormat::McpToolError(serde_json::json!("call-7"));
+        let format = ProblemFormat::McpToolError {
+            id: serde_json::json!("call-7"),
+            modern: false,
+        };
         let r = format.respond(in_progress("charge", 2));
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
