@@ -5,6 +5,7 @@
 pub mod env;
 pub mod faulty;
 pub mod harness;
+pub mod mcp;
 pub mod redis;
 pub mod store;
 pub mod upstream;
