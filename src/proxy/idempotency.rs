@@ -80,11 +80,11 @@ pub async fn protect(worker: &Arc<Worker>, inbound: Inbound, body: Incoming) -> 
 /// `mcp`: the protected `tools/call` of an MCP route, whose problems are tool errors.
 pub async fn protect_read(
     worker: &Arc<Worker>,
-    inbound: Inbound,
+    mut inbound: Inbound,
     body: BodyView,
     mcp: Option<ToolCall>,
 ) -> Handled {
-    let captures = inbound.captures.clone();
+    let captures = std::mem::take(&mut inbound.captures);
     let mut flow = Flow::new(worker, inbound, body, mcp.map(Arc::new));
     if flow.mcp.as_ref().is_some_and(|call| !call.exact) {
         let p = problem::key_invalid(
