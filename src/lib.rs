@@ -2,16 +2,25 @@
 //!
 //! # Layout
 //! - [`config`]: YAML → typed, validated [`config::Config`].
-//! - [`route`]: path templates and the route table (matching only).
+//! - [`path`]: the path-template language (`/invoices/{id}`); [`route`]: the route table
+//!   built from it (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
 //! - [`mcp`]: MCP messages (which `tools/call` is protected, final responses in event
 //!   streams, replays under the new id, `tools/list` amendments); glue in `proxy/mcp.rs`.
-//! - [`store`]: the idempotency store (memory, Redis) behind one narrow interface.
-//! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom.
-//! - [`server`]: the proxy listener, connection limits, graceful drain.
-//! - [`admin`]: health, readiness, metrics and key admin on a separate listener.
+//! - [`store`]: the idempotency store (memory, Redis) behind one narrow interface;
+//!   [`store::SharedStore`] is the handle every worker clones.
+//! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom; the duplicate's
+//!   decision is one pure function in `proxy/decide.rs`; `proxy/outbound.rs` streams the
+//!   answer and holds only its end; `proxy/control.rs` is the reload side.
+//! - [`upstream`]: the upstream HTTP client, its body and error types, and the one
+//!   classifier of what happened to a call (not sent / ambiguous / answered).
+//! - [`server`], [`workers`]: the proxy listener, per-worker runtimes, connection limits,
+//!   graceful drain.
+//! - [`admin`], [`admin_client`]: health, readiness, metrics and key admin on a separate
+//!   listener, and the CLI that talks to it.
 //! - [`app`]: putting it together (start, reload, shutdown); [`cli`], [`signal`],
-//!   [`telemetry`], [`metrics`]: the process around it.
+//!   [`telemetry`], [`metrics`], [`tls`]: the process around it.
+//! - [`demo`], [`loadtest`]: `idem demo` and `idem loadtest`.
 
 pub mod admin;
 pub mod admin_client;
