@@ -225,3 +225,15 @@ fn rewrite_data(raw: &[u8], data: &[u8]) -> Vec<u8> {
     out.push(b'\n');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rewrite_data;
+
+    #[test]
+    fn rewriting_an_event_keeps_its_other_fields() {
+        let raw = b"event: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n";
+        let out = rewrite_data(raw, br#"{"a":2}"#);
+        assert_eq!(out, b"event: message\nid: 7\ndata: {\"a\":2}\n\n");
+    }
+}
