@@ -250,13 +250,13 @@ async fn in_progress_and_mismatch_are_tool_errors_the_sdk_returns() {
         idem(&server, &store, keyed).await,
     );
     let (a, b) = (url(&a, "/mcp"), url(&b, "/mcp"));
-    let slow = charge("c7", 8.0);
+    let gate = server.gate();
+    let args = json!({"customer": "c7", "amount": 500, "gate": gate});
+    let slow = call("charge_customer", &args);
     let first = tokio::spawn(outcome(python_client("session", &a, &[&slow])));
     wait_for(|| server.executions("charge_customer") == 1).await;
-    let busy =
-        ["session", "modern"].map(|era| tokio::spawn(outcome(python_client(era, &b, &[&slow]))));
-    for busy in busy {
-        let busy = busy.await.unwrap();
+    for era in ["session", "modern"] {
+        let busy = outcome(python_client(era, &b, &[&slow])).await;
         let busy = step(&busy, 0);
         assert_eq!(busy["isError"], true, "{busy}");
         assert_eq!(busy["structured"]["code"], "request_in_progress", "{busy}");
@@ -265,11 +265,12 @@ async fn in_progress_and_mismatch_are_tool_errors_the_sdk_returns() {
             .unwrap()
             .contains("already being processed"));
     }
+    server.open_gate();
     let first = first.await.unwrap();
     assert_eq!(step(&first, 0)["isError"], false);
     let other_amount = call(
         "charge_customer",
-        &json!({"customer": "c7", "amount": 900, "delay": 8.0}),
+        &json!({"customer": "c7", "amount": 900, "gate": gate}),
     );
     let reused = outcome(python_client("modern", &b, &[&other_amount])).await;
     assert_eq!(step(&reused, 0)["isError"], true);

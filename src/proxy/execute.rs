@@ -135,7 +135,10 @@ async fn exchange(
         Sent::Answered(response) => response,
     };
     if let Some(call) = mcp {
-        return super::mcp_answer::exchange(response, call, policy, timeout, out).await;
+        // Boxed: inline, its state would enlarge every call's future, which is copied
+        // when spawned (measured: +1.8k instructions per fresh intent in memcpy).
+        let answer = super::mcp_answer::exchange(response, call, policy, timeout, out);
+        return Box::pin(answer).await;
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);

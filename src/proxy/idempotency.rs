@@ -122,10 +122,7 @@ impl<'a> Flow<'a> {
         mcp: Option<Arc<ToolCall>>,
     ) -> Flow<'a> {
         let format = match &mcp {
-            Some(call) => ProblemFormat::McpToolError {
-                id: call.id.clone(),
-                modern: call.modern,
-            },
+            Some(call) => ProblemFormat::McpToolError(call.clone()),
             None => ProblemFormat::default(),
         };
         Flow {

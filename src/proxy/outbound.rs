@@ -33,12 +33,11 @@ pub struct Outbound {
     /// Bytes of a `Content-Length` body not yet received; `None` when the length is not
     /// known up front.
     remaining: Option<u64>,
-    /// The data frame that completes a `Content-Length` body, held until `finish`.
+    /// The data frame that completes a `Content-Length` body (or that [`Outbound::hold`]
+    /// holds), held until `finish`.
     last: Option<Frame<Bytes>>,
     /// Trailers, held until `finish`.
     trailers: Option<Frame<Bytes>>,
-    /// Frames held by [`Outbound::hold`], in order, until `finish`.
-    held: Vec<Frame<Bytes>>,
     tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
     send_timeout: Duration,
 }
@@ -51,7 +50,6 @@ impl Outbound {
             remaining: None,
             last: None,
             trailers: None,
-            held: Vec::new(),
             tx: None,
             send_timeout,
         }
@@ -84,9 +82,10 @@ impl Outbound {
         self.send(frame).await;
     }
 
-    /// Hold this frame until `finish`: it completes the answer the caller acts on.
+    /// Hold this frame until `finish`: it completes the answer the caller acts on (the
+    /// last frame the call passes on; a body of unknown length, so `last` is free).
     pub fn hold(&mut self, frame: Frame<Bytes>) {
-        self.held.push(frame);
+        self.last = Some(frame);
     }
 
     fn send_head(&mut self) {
@@ -115,12 +114,10 @@ impl Outbound {
     /// the stream.
     pub async fn finish(&mut self) {
         self.send_head();
-        let held = std::mem::take(&mut self.held);
-        for frame in held.into_iter().chain(
-            [self.last.take(), self.trailers.take()]
-                .into_iter()
-                .flatten(),
-        ) {
+        for frame in [self.last.take(), self.trailers.take()]
+            .into_iter()
+            .flatten()
+        {
             self.send(frame).await;
         }
         self.tx = None;

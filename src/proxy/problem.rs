@@ -6,6 +6,10 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
+use std::sync::Arc;
+
+use crate::mcp::ToolCall;
+
 use super::body::{full, ProxyBody};
 use super::headers::{APPLICATION_JSON, PROBLEM_JSON};
 
@@ -107,15 +111,16 @@ impl Problem {
 pub enum ProblemFormat {
     #[default]
     ProblemJson,
-    /// A protected MCP `tools/call` with this JSON-RPC id, from a 2026-07-28 client or not.
-    McpToolError { id: serde_json::Value, modern: bool },
+    /// A protected MCP `tools/call`: a tool error for its JSON-RPC id, in its era. (An
+    /// `Arc`: this format travels in every call's future, which is copied when spawned.)
+    McpToolError(Arc<ToolCall>),
 }
 
 impl ProblemFormat {
     pub fn respond(&self, problem: Problem) -> Response<ProxyBody> {
         match self {
             ProblemFormat::ProblemJson => problem.into_response(),
-            ProblemFormat::McpToolError { id, modern } => problem.into_tool_error(id, *modern),
+            ProblemFormat::McpToolError(call) => problem.into_tool_error(&call.id, call.modern),
         }
     }
 }
@@ -295,10 +300,13 @@ mod tests {
 
     #[test]
     fn on_mcp_routes_a_problem_is_a_tool_error_for_the_request_id() {
-        let format = ProblemFormat::McpToolError {
+        let format = ProblemFormat::McpToolError(Arc::new(ToolCall {
             id: serde_json::json!("call-7"),
+            tool: "charge".into(),
+            args_hash: String::new(),
+            exact: true,
             modern: false,
-        };
+        }));
         let r = format.respond(in_progress("charge", 2));
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");

@@ -4,8 +4,8 @@ Usage: server.py PORT LOG {json|sse}
 
 Tools:
 - charge_customer: the side effect. Appends one line to LOG per execution, sends a
-  progress notification, waits `delay` seconds, and answers with a fresh charge id (a
-  second execution would answer with another id).
+  progress notification, waits `delay` seconds (and while the file `gate` exists), and
+  answers with a fresh charge id (a second execution would answer with another id).
 - lookup: read-only (annotated readOnlyHint), never protected by the test routes.
 - decline: a definitive tool error (isError: true), counted in LOG.
 - confirm_refund: asks first (2026-07-28 `input_required` with a request state), runs on
@@ -14,6 +14,7 @@ Tools:
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 
@@ -33,11 +34,13 @@ def record(event: str, **fields: object) -> None:
 
 
 @server.tool(description="Charge a customer's card.")
-async def charge_customer(customer: str, amount: int, ctx: Context, delay: float = 0.0) -> str:
+async def charge_customer(customer: str, amount: int, ctx: Context, delay: float = 0.0, gate: str = "") -> str:
     charge = uuid.uuid4().hex
     record("charge_customer", customer=customer, amount=amount, charge=charge)
     await ctx.report_progress(1, 2, "charging")
     await asyncio.sleep(delay)
+    while gate and os.path.exists(gate):
+        await asyncio.sleep(0.02)
     return f"charged {customer} {amount} as {charge}"
 
 

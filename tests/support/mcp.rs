@@ -162,6 +162,19 @@ impl McpServer {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
+    /// A closed gate: a `charge_customer` call with `"gate": <this path>` in its
+    /// arguments runs until [`McpServer::open_gate`] (a slow call without a race against
+    /// the clock).
+    pub fn gate(&self) -> String {
+        let path = self.dir.path().join("gate");
+        std::fs::write(&path, "").expect("create gate");
+        path.to_string_lossy().into_owned()
+    }
+
+    pub fn open_gate(&self) {
+        let _ = std::fs::remove_file(self.dir.path().join("gate"));
+    }
+
     /// How many times the server ran `event` (a tool name, or `confirm_refund_asked`).
     pub fn executions(&self, event: &str) -> usize {
         let log =
