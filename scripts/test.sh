@@ -35,4 +35,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# tests/observability.rs checks the Helm chart's alert rules with promtool (Debian's
+# prometheus package; only the promtool binary is used, no Prometheus server is started).
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "promtool not found: installing Debian's prometheus package (tests/observability.rs runs promtool)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 cargo test --all-targets --locked "$@"

@@ -84,6 +84,9 @@ pub struct Metrics {
     pub inflight: Gauge,
     pub lease_renewals: Counter,
     pub stale_completions: Counter,
+    /// Requests forwarded unprotected because the store failed (`on_error: passthrough`);
+    /// also counted as `store_error`, but these reached the upstream without a key.
+    pub degraded: Counter,
     pub config_generation: Gauge,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
@@ -104,6 +107,7 @@ impl Metrics {
         let inflight = Gauge::default();
         let lease_renewals = Counter::default();
         let stale_completions = Counter::default();
+        let degraded = Counter::default();
         let config_generation = Gauge::default();
         let connections = Family::<WorkerLabels, Gauge>::default();
 
@@ -144,6 +148,11 @@ impl Metrics {
             stale_completions.clone(),
         );
         registry.register(
+            "degraded_requests",
+            "Requests forwarded without idempotency because the store failed (on_error: passthrough)",
+            degraded.clone(),
+        );
+        registry.register(
             "config_generation",
             "Generation of the loaded configuration (1 at start, +1 per reload)",
             config_generation.clone(),
@@ -155,6 +164,7 @@ impl Metrics {
             inflight,
             lease_renewals,
             stale_completions,
+            degraded,
             config_generation,
             connections,
             store_ops: Default::default(),

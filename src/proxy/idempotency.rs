@@ -249,6 +249,7 @@ impl<'a> Flow<'a> {
         match self.on_store_error {
             OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::store_error),
             OnStoreError::Passthrough => {
+                self.worker.metrics.degraded.inc();
                 let mut handled = self.unprotected(Outcome::store_error).await;
                 let headers = handled.response.headers_mut();
                 headers.insert(super::headers::IDEMPOTENCY_DEGRADED, super::headers::TRUE);
