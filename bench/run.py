@@ -750,7 +750,9 @@ def targets(med, ratio, extras):
                      "(winners add their completion)"))
     if have("fresh_postgres"):
         c = med["fresh_postgres"]["pg_per_req"]
-        out.append((abs(c - 2) < 0.002, f"exactly 2 statements per fresh intent on PostgreSQL: {c:.3f}"))
+        # 0.01: pg_stat_statements counts a statement when the server finishes it, idem
+        # its request when the answer is out; up to pool_size statements are between.
+        out.append((abs(c - 2) < 0.01, f"2 statements per fresh intent on PostgreSQL: {c:.3f}"))
     if have("replay_postgres"):
         c = med["replay_postgres"]["pg_per_req"]
         out.append((c <= 1.001, f"≤ 1 statement per replay on PostgreSQL: {c:.3f}"))
