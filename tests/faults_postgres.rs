@@ -23,7 +23,7 @@ fn routes(lease: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_identical_requests_through_three_processes_execute_once() {
-    let env = Env::new(Backend::Postgres).await;
+    let env = Env::new(Backend::postgres()).await;
     let yaml = format!("{}{}", env.base_yaml("10s"), routes("30s"));
     let processes = [
         IdemProcess::spawn(&yaml).await,
@@ -45,7 +45,7 @@ async fn fifty_identical_requests_through_three_processes_execute_once() {
 /// intent completed before the crash is still replayed after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_killed_mid_request_and_restarted() {
-    let mut env = Env::new(Backend::Postgres).await;
+    let mut env = Env::new(Backend::postgres()).await;
     let yaml = format!("{}{}", env.base_yaml("10s"), routes("30s"));
     let idem = IdemProcess::spawn(&yaml).await;
     let before = post(&idem.url("/invoices/inv_before/charge"), &[], "{}").await;
@@ -57,7 +57,7 @@ async fn database_killed_mid_request_and_restarted() {
         async move { post(&u, &[("x-mock-delay-ms", "1500")], "{}").await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pg = env.postgres.as_mut().unwrap();
+    let pg = env.backend.pg_server_mut();
     pg.kill();
     let refusing = Instant::now();
     let during = post(&idem.url("/invoices/inv_during/charge"), &[], "{}").await;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
 use support::harness::{assert_all_got_the_one_result, post, url};
+use support::poll::eventually;
 
 shared_stores!(
     fifty_duplicates_across_three_replicas_execute_once,
@@ -67,7 +68,12 @@ async fn a_waiter_on_another_replica_is_woken_promptly(backend: Backend) {
     let first_url = url(&a, "/invoices/inv_z/charge");
     let first = post(&first_url, &[("x-mock-delay-ms", "1500")], "{}");
     let waiter = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually(
+            Duration::from_secs(3),
+            "the first call forwarded",
+            async || env.upstream.executions("charge:inv_z") == 1,
+        )
+        .await;
         let started = Instant::now();
         let r = post(&url(&b, "/invoices/inv_z/charge"), &[], "{}").await;
         (r, started.elapsed())

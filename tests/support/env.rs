@@ -1,55 +1,31 @@
-//! A test environment: a mock upstream, optionally a private redis-server or
-//! PostgreSQL, and idem configured for one store backend.
+//! A test environment: a mock upstream and a store backend (its own redis-server or
+//! PostgreSQL), with idem configured for both.
 
 use idem::app::Running;
 
 use super::harness;
-use super::postgres::PgServer;
-use super::redis::RedisServer;
+pub use super::store::Backend;
 use super::upstream::MockUpstream;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Memory,
-    Redis,
-    Postgres,
-}
 
 pub struct Env {
     pub backend: Backend,
     pub upstream: MockUpstream,
-    pub redis: Option<RedisServer>,
-    pub postgres: Option<PgServer>,
 }
 
 impl Env {
     pub async fn new(backend: Backend) -> Env {
-        let redis = (backend == Backend::Redis).then(RedisServer::start);
-        let postgres = (backend == Backend::Postgres).then(PgServer::start);
         Env {
             backend,
             upstream: MockUpstream::start().await,
-            redis,
-            postgres,
         }
     }
 
     /// The `upstream:` and `store:` sections for this environment.
     pub fn base_yaml(&self, upstream_timeout: &str) -> String {
-        let store = match (&self.redis, &self.postgres) {
-            (Some(redis), _) => format!(
-                "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: 250ms\n",
-                redis.url()
-            ),
-            (None, Some(pg)) => format!(
-                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: 500ms\n    pool_size: 8\n",
-                pg.url()
-            ),
-            (None, None) => "store:\n  backend: memory\n".to_owned(),
-        };
         format!(
-            "upstream:\n  url: {}\n  timeout: {upstream_timeout}\n  connect_timeout: 500ms\n{store}",
-            self.upstream.url()
+            "upstream:\n  url: {}\n  timeout: {upstream_timeout}\n  connect_timeout: 500ms\n{}",
+            self.upstream.url(),
+            self.backend.yaml()
         )
     }
 
@@ -72,7 +48,7 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Memory).await
+                    super::$name($crate::support::store::Backend::memory()).await
                 }
             )*
         }
@@ -80,7 +56,7 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Redis).await
+                    super::$name($crate::support::store::Backend::redis()).await
                 }
             )*
         }
@@ -88,7 +64,7 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Postgres).await
+                    super::$name($crate::support::store::Backend::postgres()).await
                 }
             )*
         }
@@ -104,7 +80,7 @@ macro_rules! shared_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Redis).await
+                    super::$name($crate::support::store::Backend::redis()).await
                 }
             )*
         }
@@ -112,7 +88,7 @@ macro_rules! shared_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Postgres).await
+                    super::$name($crate::support::store::Backend::postgres()).await
                 }
             )*
         }

@@ -1,7 +1,8 @@
-//! Fixtures for store tests: a backend that hands out store instances sharing data,
-//! and record builders.
+//! Fixtures for store tests: the one `Backend` enum of the test support (a running store
+//! that hands out instances sharing data, and configures idem for it), and record
+//! builders.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -9,6 +10,7 @@ use idem::config::{PostgresConfig, RedisConfig, RedisMode};
 use idem::key::StoreKey;
 use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredResponse};
 
+use super::poll::eventually;
 use super::postgres::PgServer;
 use super::redis::RedisServer;
 
@@ -16,8 +18,9 @@ use super::redis::RedisServer;
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A store backend under test. `instance()` returns another handle on the same data:
-/// for Redis a separate `RedisStore` (its own connections and subscription, i.e. another
-/// replica), for memory a clone.
+/// for Redis and PostgreSQL a separate store (its own connections and subscription or
+/// `LISTEN`, i.e. another replica), for memory a clone. `yaml()` is the `store:` section that points an idem
+/// at it (for memory, each idem has its own).
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
@@ -44,6 +47,75 @@ impl Backend {
             Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
         }
     }
+
+    /// The `store:` section of an idem configuration using this backend.
+    pub fn yaml(&self) -> String {
+        match self {
+            Backend::Memory(_) => "store:\n  backend: memory\n".to_owned(),
+            Backend::Redis(server) => format!(
+                "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: {}ms\n",
+                server.url(),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::Postgres(server) => format!(
+                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: {}ms\n    pool_size: 8\n",
+                server.url(),
+                PG_OP_TIMEOUT.as_millis()
+            ),
+        }
+    }
+
+    /// The private redis-server of a Redis backend, to stop, pause or inspect it.
+    #[track_caller]
+    pub fn redis_server(&self) -> &RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn redis_server_mut(&mut self) -> &mut RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    /// The private PostgreSQL of a PostgreSQL backend, to kill, freeze or query it.
+    #[track_caller]
+    pub fn pg_server_mut(&mut self) -> &mut PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
+        }
+    }
+}
+
+/// The default `store.postgres.op_timeout`.
+pub const PG_OP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
+pub fn postgres_config(url: &str) -> PostgresConfig {
+    PostgresConfig {
+        url: url.to_owned(),
+        table: "idem_records".to_owned(),
+        pool_size: 16,
+        op_timeout: PG_OP_TIMEOUT,
+    }
+}
+
+/// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).
+pub async fn listening(url: &str) -> PostgresStore {
+    let store = PostgresStore::connect(&postgres_config(url))
+        .await
+        .expect("connect");
+    wait_listening(&store, Duration::from_secs(5)).await;
+    store
+}
+
+pub async fn wait_listening(store: &PostgresStore, within: Duration) {
+    eventually(within, "the store's LISTEN", async || store.is_listening()).await;
 }
 
 pub fn redis_config(url: &str) -> RedisConfig {
@@ -69,38 +141,10 @@ pub async fn subscribed(url: &str) -> RedisStore {
 }
 
 pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
-    let start = Instant::now();
-    while !store.is_subscribed() {
-        assert!(start.elapsed() < within, "not subscribed within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
-pub fn postgres_config(url: &str) -> PostgresConfig {
-    PostgresConfig {
-        url: url.to_owned(),
-        table: "idem_records".to_owned(),
-        pool_size: 16,
-        op_timeout: Duration::from_millis(500),
-    }
-}
-
-/// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).
-pub async fn listening(url: &str) -> PostgresStore {
-    let store = PostgresStore::connect(&postgres_config(url))
-        .await
-        .expect("connect");
-    wait_listening(&store, Duration::from_secs(5)).await;
-    store
-}
-
-pub async fn wait_listening(store: &PostgresStore, within: Duration) {
-    let start = Instant::now();
-    while !store.is_listening() {
-        assert!(start.elapsed() < within, "not listening within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(within, "the store's event subscription", async || {
+        store.is_subscribed()
+    })
+    .await;
 }
 
 pub fn key(n: u8) -> StoreKey {
