@@ -90,6 +90,16 @@ impl Shared {
     }
 }
 
+/// `idem migrate`: create the table (and its index) if missing, then return. Serving
+/// does the same on start; this is for roles that may not create tables.
+pub async fn migrate(cfg: &PostgresConfig) -> Result<(), StoreError> {
+    let target = Target::parse(&cfg.url).map_err(StoreError::Unavailable)?;
+    check_table_name(&cfg.table).map_err(StoreError::Unavailable)?;
+    maintenance::create_table(&target, &Sql::new(&cfg.table))
+        .await
+        .map_err(StoreError::Unavailable)
+}
+
 impl PostgresStore {
     /// A store with its own listener and maintenance (one process, one worker).
     pub async fn connect(cfg: &PostgresConfig) -> Result<PostgresStore, StoreError> {
