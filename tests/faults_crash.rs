@@ -14,8 +14,6 @@ use support::harness::{metric_sum, post, send, try_send, IdemProcess};
 use support::poll::eventually;
 use support::redis::RedisServer;
 
-shared_stores!(frozen_owner_cannot_overwrite_its_successor,);
-
 fn yaml(env: &Env, lease: &str) -> String {
     format!(
         "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n",
@@ -44,6 +42,8 @@ async fn metric(p: &IdemProcess, name: &str) -> f64 {
         name,
     )
 }
+
+shared_stores!(frozen_owner_cannot_overwrite_its_successor);
 
 async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
     let env = Env::new(backend).await;

@@ -57,7 +57,7 @@ async fn database_killed_mid_request_and_restarted() {
         async move { post(&u, &[("x-mock-delay-ms", "1500")], "{}").await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pg = env.backend.pg_server_mut();
+    let pg = env.backend.postgres_server_mut();
     pg.kill();
     let refusing = Instant::now();
     let during = post(&idem.url("/invoices/inv_during/charge"), &[], "{}").await;

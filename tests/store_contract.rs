@@ -1,7 +1,6 @@
 //! The store contract, run against every backend (`memory::*`, `redis::*`,
-//! `postgres::*`), then the
-//! behaviour only one backend has (Redis and PostgreSQL outages, the PostgreSQL table,
-//! memory bounds).
+//! `redis_cluster::*`, `redis_sentinel::*`, `postgres::*`), then the behaviour only one
+//! backend has (Redis and PostgreSQL outages, the PostgreSQL table, memory bounds).
 //!
 //! Redis tests start their own `redis-server` on a free port (see `support::redis`).
 
@@ -30,6 +29,14 @@ macro_rules! contract {
         mod redis {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Backend::redis()).await })*
+        }
+        mod redis_cluster {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::redis_cluster()).await })*
+        }
+        mod redis_sentinel {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::redis_sentinel()).await })*
         }
         mod postgres {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]

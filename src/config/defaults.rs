@@ -69,6 +69,7 @@ impl Default for RedisConfig {
             key_prefix: "idem:".to_string(),
             op_timeout: Duration::from_millis(250),
             wait_replicas: 0,
+            tls_ca_file: None,
         }
     }
 }

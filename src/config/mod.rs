@@ -129,6 +129,8 @@ pub struct RedisConfig {
     pub key_prefix: String,
     pub op_timeout: Duration,
     pub wait_replicas: u32,
+    /// PEM file of CAs trusted for `rediss://` instead of the system store (`tls.ca_file`).
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// `store.postgres`: durable reservations in one table (see `store::postgres`).

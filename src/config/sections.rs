@@ -236,6 +236,7 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
             "key_prefix",
             "op_timeout",
             "wait_replicas",
+            "tls",
         ],
     );
     // URLs are checked by the Redis client's own parser (so `idem check` agrees with what
@@ -272,6 +273,21 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
         &mut cfg.wait_replicas,
         w.count(&f, "wait_replicas").map(|a| a.value),
     );
+    if let Some(tls) = f.get("tls") {
+        let t = w.fields(tls, "store.redis.tls", &["ca_file"]);
+        if let Some(ca) = w.string(&t, "ca_file").filter(|a| !a.value.is_empty()) {
+            cfg.tls_ca_file = Some(ca.value.into());
+        }
+    }
+    let prefix = &cfg.key_prefix;
+    if in_use && cfg.mode == RedisMode::Cluster && (prefix.contains('{') || prefix.contains('}')) {
+        w.error(
+            node.pos,
+            "store.redis.key_prefix",
+            "in cluster mode the key prefix must not contain `{` or `}`: idem adds its own \
+             hash tag so that a record and its wake-up channel share one slot",
+        );
+    }
     if in_use && cfg.mode != RedisMode::Standalone && cfg.nodes.is_empty() {
         let what = match cfg.mode {
             RedisMode::Cluster => "cluster mode needs its seed nodes",

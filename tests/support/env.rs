@@ -1,5 +1,5 @@
 //! A test environment: a mock upstream and a store backend (its own redis-server or
-//! PostgreSQL), with idem configured for both.
+//! PostgreSQL for those), with idem configured for both.
 
 use idem::app::Running;
 

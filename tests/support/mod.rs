@@ -9,5 +9,8 @@ pub mod panics;
 pub mod poll;
 pub mod postgres;
 pub mod redis;
+pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod store;
+pub mod tls;
 pub mod upstream;

@@ -13,17 +13,21 @@ use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredR
 use super::poll::eventually;
 use super::postgres::PgServer;
 use super::redis::RedisServer;
+use super::redis_cluster::RedisCluster;
+use super::redis_sentinel::RedisSentinelSet;
 
 /// The default `store.redis.op_timeout`.
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A store backend under test. `instance()` returns another handle on the same data:
-/// for Redis and PostgreSQL a separate store (its own connections and subscription or
-/// `LISTEN`, i.e. another replica), for memory a clone. `yaml()` is the `store:` section that points an idem
+/// for Redis a separate `RedisStore` (its own connections and subscription, i.e. another
+/// replica), for memory a clone. `yaml()` is the `store:` section that points an idem
 /// at it (for memory, each idem has its own).
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
+    RedisCluster(RedisCluster),
+    RedisSentinel(RedisSentinelSet),
     Postgres(PgServer),
 }
 
@@ -36,6 +40,16 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    /// Three masters, no replicas: enough for keys to spread over nodes.
+    pub fn redis_cluster() -> Backend {
+        Backend::RedisCluster(RedisCluster::start(3, 0))
+    }
+
+    /// A master, one replica and three sentinels.
+    pub fn redis_sentinel() -> Backend {
+        Backend::RedisSentinel(RedisSentinelSet::start(1))
+    }
+
     pub fn postgres() -> Backend {
         Backend::Postgres(PgServer::start())
     }
@@ -44,6 +58,12 @@ impl Backend {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::RedisCluster(cluster) => {
+                Store::Redis(subscribed_with(&cluster_config(cluster.seeds())).await)
+            }
+            Backend::RedisSentinel(set) => {
+                Store::Redis(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
+            }
             Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
         }
     }
@@ -57,10 +77,19 @@ impl Backend {
                 server.url(),
                 OP_TIMEOUT.as_millis()
             ),
+            Backend::RedisCluster(cluster) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: cluster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                cluster.seeds().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisSentinel(set) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    sentinel_master: mymaster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                set.sentinel_urls().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
             Backend::Postgres(server) => format!(
-                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: {}ms\n    pool_size: 8\n",
-                server.url(),
-                PG_OP_TIMEOUT.as_millis()
+                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: 500ms\n    pool_size: 8\n",
+                server.url()
             ),
         }
     }
@@ -82,9 +111,17 @@ impl Backend {
         }
     }
 
-    /// The private PostgreSQL of a PostgreSQL backend, to kill, freeze or query it.
+    /// The private PostgreSQL of a PostgreSQL backend, to stop, kill or inspect it.
     #[track_caller]
-    pub fn pg_server_mut(&mut self) -> &mut PgServer {
+    pub fn postgres_server(&self) -> &PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn postgres_server_mut(&mut self) -> &mut PgServer {
         match self {
             Backend::Postgres(server) => server,
             _ => panic!("not a PostgreSQL backend"),
@@ -92,8 +129,53 @@ impl Backend {
     }
 }
 
-/// The default `store.postgres.op_timeout`.
-pub const PG_OP_TIMEOUT: Duration = Duration::from_millis(500);
+pub fn redis_config(url: &str) -> RedisConfig {
+    RedisConfig {
+        url: url.to_owned(),
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
+    }
+}
+
+/// Sentinel mode over `sentinels`, master `mymaster`.
+pub fn sentinel_config(sentinels: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Sentinel,
+        nodes: sentinels,
+        url: "redis://ignored:0/0".to_owned(),
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
+    }
+}
+
+/// Cluster mode over `seeds`.
+pub fn cluster_config(seeds: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Cluster,
+        nodes: seeds,
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
+    }
+}
+
+/// A `RedisStore` whose event subscription is up, so timing assertions measure
+/// pub/sub delivery rather than subscription start-up.
+pub async fn subscribed(url: &str) -> RedisStore {
+    subscribed_with(&redis_config(url)).await
+}
+
+pub async fn subscribed_with(cfg: &RedisConfig) -> RedisStore {
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    wait_subscribed(&store, Duration::from_secs(10)).await;
+    store
+}
+
+pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
+    eventually(within, "the store's event subscription", async || {
+        store.is_subscribed()
+    })
+    .await;
+}
 
 /// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
 pub fn postgres_config(url: &str) -> PostgresConfig {
@@ -101,7 +183,7 @@ pub fn postgres_config(url: &str) -> PostgresConfig {
         url: url.to_owned(),
         table: "idem_records".to_owned(),
         pool_size: 16,
-        op_timeout: PG_OP_TIMEOUT,
+        op_timeout: Duration::from_millis(500),
     }
 }
 
@@ -116,35 +198,6 @@ pub async fn listening(url: &str) -> PostgresStore {
 
 pub async fn wait_listening(store: &PostgresStore, within: Duration) {
     eventually(within, "the store's LISTEN", async || store.is_listening()).await;
-}
-
-pub fn redis_config(url: &str) -> RedisConfig {
-    RedisConfig {
-        url: url.to_owned(),
-        mode: RedisMode::Standalone,
-        nodes: vec![],
-        sentinel_master: "mymaster".to_owned(),
-        key_prefix: "idem:".to_owned(),
-        op_timeout: OP_TIMEOUT,
-        wait_replicas: 0,
-    }
-}
-
-/// A `RedisStore` whose event subscription is up, so timing assertions measure
-/// pub/sub delivery rather than subscription start-up.
-pub async fn subscribed(url: &str) -> RedisStore {
-    let store = RedisStore::connect(&redis_config(url))
-        .await
-        .expect("connect");
-    wait_subscribed(&store, Duration::from_secs(5)).await;
-    store
-}
-
-pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
-    eventually(within, "the store's event subscription", async || {
-        store.is_subscribed()
-    })
-    .await;
 }
 
 pub fn key(n: u8) -> StoreKey {

@@ -95,6 +95,11 @@
     - name: idem-config
       mountPath: /etc/idem
       readOnly: true
+    {{- if .Values.redis.tls.caSecret }}
+    - name: idem-redis-ca
+      mountPath: /etc/idem-redis-ca
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* The user's application container. */}}

@@ -174,6 +174,10 @@ store:
     {{- with omit ($store.redis | default dict) "url" }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+    {{- if and .Values.redis.tls.caSecret (not ($store.redis | default dict).tls) }}
+    tls:
+      ca_file: {{ printf "/etc/idem-redis-ca/%s" .Values.redis.tls.caKey | quote }}
+    {{- end }}
   {{- end }}
   {{- if or (include "idem.postgresInUse" .) $store.postgres }}
   postgres:
