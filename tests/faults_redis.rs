@@ -262,6 +262,8 @@ async fn passthrough_during(outage: Outage, extra: Duration) {
             .await,
         2.0
     );
+    // The alert IdemDegradedRequests reads this: both went through unprotected.
+    assert_eq!(rig.metric("idem_degraded_requests_total").await, 2.0);
     tokio::time::sleep(extra).await;
     let late = rig.post("p_3", &[]).await;
     assert_eq!(
