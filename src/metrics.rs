@@ -70,6 +70,21 @@ pub struct StoreLabels {
     pub op: StoreOp,
 }
 
+/// Why a protected upstream call got no final answer (`idem_upstream_failures_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum UpstreamFailure {
+    /// Never sent (connect refused, DNS): 502, safe to retry.
+    not_sent,
+    /// Timeout or reset after sending: 504, outcome unknown.
+    ambiguous,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamFailureLabels {
+    pub reason: UpstreamFailure,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct WorkerLabels {
     pub worker: String,
@@ -87,6 +102,8 @@ pub struct Metrics {
     /// Requests forwarded unprotected because the store failed (`on_error: passthrough`);
     /// also counted as `store_error`, but these reached the upstream without a key.
     pub degraded: Counter,
+    /// Protected calls the upstream did not answer (error path only: a family lookup).
+    pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
     pub config_generation: Gauge,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
@@ -108,6 +125,7 @@ impl Metrics {
         let lease_renewals = Counter::default();
         let stale_completions = Counter::default();
         let degraded = Counter::default();
+        let upstream_failures = Family::<UpstreamFailureLabels, Counter>::default();
         let config_generation = Gauge::default();
         let connections = Family::<WorkerLabels, Gauge>::default();
 
@@ -153,6 +171,11 @@ impl Metrics {
             degraded.clone(),
         );
         registry.register(
+            "upstream_failures",
+            "Protected upstream calls without an answer: not_sent (502) or ambiguous (timeout or reset after sending, 504)",
+            upstream_failures.clone(),
+        );
+        registry.register(
             "config_generation",
             "Generation of the loaded configuration (1 at start, +1 per reload)",
             config_generation.clone(),
@@ -165,6 +188,7 @@ impl Metrics {
             lease_renewals,
             stale_completions,
             degraded,
+            upstream_failures,
             config_generation,
             connections,
             store_ops: Default::default(),
@@ -188,6 +212,12 @@ impl Metrics {
                 route: route.to_owned(),
                 outcome,
             })
+            .inc();
+    }
+
+    pub fn upstream_failure(&self, reason: UpstreamFailure) {
+        self.upstream_failures
+            .get_or_create(&UpstreamFailureLabels { reason })
             .inc();
     }
 
@@ -270,7 +300,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            !text.contains("forwarded"),
+            !text.contains(r#"outcome="forwarded""#),
             "unused outcomes export nothing"
         );
     }

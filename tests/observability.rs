@@ -110,6 +110,14 @@ async fn every_metric_the_dashboard_and_alerts_query_exists() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(post(&slow, &[], "{}").await.status, 409);
     assert_eq!(first.await.unwrap().status, 201);
+    // An upstream that drops the connection after receiving the call: ambiguous, 504.
+    let reset = post(
+        &url(&idem, "/charge/reset"),
+        &[("x-mock-reset", "true")],
+        "{}",
+    )
+    .await;
+    assert_eq!(reset.status, 504);
     // Degraded: the store is gone and on_error is passthrough.
     env.backend.redis_server_mut().stop();
     let degraded = post(&url(&idem, "/charge/b"), &[], "{}").await;
@@ -133,6 +141,11 @@ async fn every_metric_the_dashboard_and_alerts_query_exists() {
         .find(|l| l.starts_with("idem_degraded_requests_total "))
         .expect("idem_degraded_requests_total");
     assert_eq!(degraded_line, "idem_degraded_requests_total 1", "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l == r#"idem_upstream_failures_total{reason="ambiguous"} 1"#),
+        "{text}"
+    );
 }
 
 fn promtool(args: &[&str]) -> String {

@@ -27,6 +27,7 @@ use super::Worker;
 use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::mcp::ToolCall;
+use crate::metrics::UpstreamFailure;
 use crate::store::{Record, StoredResponse};
 use crate::upstream::Sent;
 
@@ -106,11 +107,13 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
     match exchanged {
         Exchanged::Answered(_) | Exchanged::NotFinal => out.finish().await,
         Exchanged::NotSent => {
+            worker.metrics.upstream_failure(UpstreamFailure::not_sent);
             let p = problem::upstream_unavailable();
             out.fail(format.respond(p), reason).await;
         }
         Exchanged::Ambiguous => {
             tracing::warn!(key = %key, %reason, "upstream outcome unknown");
+            worker.metrics.upstream_failure(UpstreamFailure::ambiguous);
             let p = problem::upstream_timeout(held_for);
             out.fail(format.respond(p), reason).await;
         }
