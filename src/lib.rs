@@ -5,8 +5,9 @@
 //! - [`path`]: the path-template language (`/invoices/{id}`); [`route`]: the route table
 //!   built from it (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
-//! - [`store`]: the idempotency store (memory; Redis standalone, Cluster or Sentinel)
-//!   behind one narrow interface; [`store::SharedStore`] is the handle every worker clones.
+//! - [`store`]: the idempotency store (memory; Redis standalone, Cluster or Sentinel;
+//!   PostgreSQL) behind one narrow interface; [`store::SharedStore`] is the handle every
+//!   worker clones.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom; the duplicate's
 //!   decision is one pure function in `proxy/decide.rs`; `proxy/outbound.rs` streams the
 //!   answer and holds only its end; `proxy/control.rs` is the reload side.

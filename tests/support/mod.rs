@@ -5,6 +5,9 @@
 pub mod env;
 pub mod faulty;
 pub mod harness;
+pub mod panics;
+pub mod poll;
+pub mod postgres;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_sentinel;

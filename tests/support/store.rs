@@ -1,14 +1,17 @@
-//! Fixtures for store tests: a backend that hands out store instances sharing data,
-//! and record builders.
+//! Fixtures for store tests: the one `Backend` enum of the test support (a running store
+//! that hands out instances sharing data, and configures idem for it), and record
+//! builders.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use idem::config::{RedisConfig, RedisMode};
+use idem::config::{PostgresConfig, RedisConfig, RedisMode};
 use idem::key::StoreKey;
-use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
+use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredResponse};
 
+use super::poll::eventually;
+use super::postgres::PgServer;
 use super::redis::RedisServer;
 use super::redis_cluster::RedisCluster;
 use super::redis_sentinel::RedisSentinelSet;
@@ -18,12 +21,14 @@ pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A store backend under test. `instance()` returns another handle on the same data:
 /// for Redis a separate `RedisStore` (its own connections and subscription, i.e. another
-/// replica), for memory a clone.
+/// replica), for memory a clone. `yaml()` is the `store:` section that points an idem
+/// at it (for memory, each idem has its own).
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
     RedisCluster(RedisCluster),
     RedisSentinel(RedisSentinelSet),
+    Postgres(PgServer),
 }
 
 impl Backend {
@@ -45,6 +50,10 @@ impl Backend {
         Backend::RedisSentinel(RedisSentinelSet::start(1))
     }
 
+    pub fn postgres() -> Backend {
+        Backend::Postgres(PgServer::start())
+    }
+
     pub async fn instance(&self) -> Store {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
@@ -55,6 +64,67 @@ impl Backend {
             Backend::RedisSentinel(set) => {
                 Store::Redis(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
             }
+            Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
+        }
+    }
+
+    /// The `store:` section of an idem configuration using this backend.
+    pub fn yaml(&self) -> String {
+        match self {
+            Backend::Memory(_) => "store:\n  backend: memory\n".to_owned(),
+            Backend::Redis(server) => format!(
+                "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: {}ms\n",
+                server.url(),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisCluster(cluster) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: cluster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                cluster.seeds().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisSentinel(set) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    url: redis://127.0.0.1:1/0\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                set.sentinel_urls().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::Postgres(server) => format!(
+                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: 500ms\n    pool_size: 8\n",
+                server.url()
+            ),
+        }
+    }
+
+    /// The private redis-server of a Redis backend, to stop, pause or inspect it.
+    #[track_caller]
+    pub fn redis_server(&self) -> &RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn redis_server_mut(&mut self) -> &mut RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    /// The private PostgreSQL of a PostgreSQL backend, to stop, kill or inspect it.
+    #[track_caller]
+    pub fn postgres_server(&self) -> &PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn postgres_server_mut(&mut self) -> &mut PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
         }
     }
 }
@@ -101,11 +171,33 @@ pub async fn subscribed_with(cfg: &RedisConfig) -> RedisStore {
 }
 
 pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
-    let start = Instant::now();
-    while !store.is_subscribed() {
-        assert!(start.elapsed() < within, "not subscribed within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    eventually(within, "the store's event subscription", async || {
+        store.is_subscribed()
+    })
+    .await;
+}
+
+/// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
+pub fn postgres_config(url: &str) -> PostgresConfig {
+    PostgresConfig {
+        url: url.to_owned(),
+        table: "idem_records".to_owned(),
+        pool_size: 16,
+        op_timeout: Duration::from_millis(500),
     }
+}
+
+/// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).
+pub async fn listening(url: &str) -> PostgresStore {
+    let store = PostgresStore::connect(&postgres_config(url))
+        .await
+        .expect("connect");
+    wait_listening(&store, Duration::from_secs(5)).await;
+    store
+}
+
+pub async fn wait_listening(store: &PostgresStore, within: Duration) {
+    eventually(within, "the store's LISTEN", async || store.is_listening()).await;
 }
 
 pub fn key(n: u8) -> StoreKey {

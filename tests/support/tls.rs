@@ -1,15 +1,15 @@
 //! TLS fixtures: a private CA with a server certificate for 127.0.0.1, and a
 //! redis-server that speaks only TLS with it.
 
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
 use rustls::pki_types::CertificateDer;
 
 use super::harness::free_port;
+use super::poll::eventually_blocking;
 
 pub struct Pki {
     pub dir: tempfile::TempDir,
@@ -49,42 +49,60 @@ impl TlsRedis {
     }
 
     /// With `extra` arguments (e.g. `--user` for an ACL user).
+    ///
+    /// redis-server cannot bind port 0, so: a free port, then its own log decides
+    /// whether *it* bound it ("Ready to accept connections") or lost the port to another
+    /// test (it exits) and we try another one.
     pub fn start_with(dir: &Path, extra: &[&str]) -> TlsRedis {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--tls-port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .arg("--tls-cert-file")
-            .arg(dir.join("server.pem"))
-            .arg("--tls-key-file")
-            .arg(dir.join("server.key"))
-            .arg("--tls-ca-cert-file")
-            .arg(dir.join("ca.pem"))
-            .args([
-                "--tls-auth-clients",
-                "no",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server not found: install it (Debian: apt-get install redis-server)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "TLS redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        for attempt in 0..5 {
+            let port = free_port();
+            let log_path = dir.join(format!("redis-{port}-{attempt}.log"));
+            let log = std::fs::File::create(&log_path).unwrap();
+            let mut child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .arg("--tls-cert-file")
+                .arg(dir.join("server.pem"))
+                .arg("--tls-key-file")
+                .arg(dir.join("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(dir.join("ca.pem"))
+                .args([
+                    "--tls-auth-clients",
+                    "no",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args(extra)
+                .current_dir(dir)
+                .stdout(log)
+                .spawn()
+                .expect(
+                    "redis-server not found: install it (Debian: apt-get install redis-server)",
+                );
+            let bound =
+                eventually_blocking(Duration::from_secs(10), "TLS redis-server started", || {
+                    if std::fs::read_to_string(&log_path)
+                        .unwrap_or_default()
+                        .contains("Ready to accept connections")
+                    {
+                        return Some(true);
+                    }
+                    child.try_wait().unwrap().map(|_| false)
+                });
+            if bound {
+                return TlsRedis(child, port);
+            }
         }
-        TlsRedis(child, port)
+        panic!("TLS redis-server could not bind a port in 5 attempts");
     }
 }
 

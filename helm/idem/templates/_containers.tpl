@@ -33,6 +33,13 @@
           name: {{ .Values.redis.existingSecret }}
           key: {{ .Values.redis.existingSecretUrlKey }}
     {{- end }}
+    {{- if include "idem.postgresInUse" . }}
+    - name: IDEM_POSTGRES_URL
+      valueFrom:
+        secretKeyRef:
+          name: {{ .Values.postgres.existingSecret }}
+          key: {{ .Values.postgres.existingSecretUrlKey }}
+    {{- end }}
     {{- with include "idem.adminTokenRef" . }}
     {{- $ref := splitList "/" . }}
     - name: IDEM_ADMIN_TOKEN
