@@ -45,9 +45,9 @@ impl Backend {
         Backend::RedisCluster(RedisCluster::start(3, 0))
     }
 
-    /// A master, one replica and three sentinels.
+    /// A master, one replica and three sentinels (no failover expected).
     pub fn redis_sentinel() -> Backend {
-        Backend::RedisSentinel(RedisSentinelSet::start(1))
+        Backend::RedisSentinel(RedisSentinelSet::start_without_failover(1))
     }
 
     pub fn postgres() -> Backend {
