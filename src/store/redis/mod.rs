@@ -11,9 +11,9 @@
 //!   shared through [`Events`] (`subscriber.rs`, `sharded.rs`). Everything connects in
 //!   the background: [`RedisStore::connect`] succeeds even while Redis is down.
 //! - `wait_replicas: N` makes reservations and completions wait for N replica acks
-//!   (see [`RedisStore::reserve`]).
-//!
-//! [`connect`]: RedisStore::connect
+//!   (see [`RedisStore::reserve`]; `command.rs`).
+//! - Concurrent duplicates of one key in this process share one reservation, and a key
+//!   the process owns is answered from memory (`local.rs`).
 
 mod command;
 mod conn;
