@@ -184,7 +184,8 @@ impl RedisStore {
                 match &result {
                     Ok(Reserve::Won) => leader.won(record),
                     Ok(Reserve::Exists(existing)) => leader.exists(existing),
-                    Err(e) => leader.failed(e),
+                    // Dropping the leader lets the followers try Redis themselves.
+                    Err(_) => drop(leader),
                 }
                 result
             }
