@@ -23,4 +23,17 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v psql >/
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql postgresql-client >/dev/null
 fi
 
+# The MCP tests (tests/mcp.rs) run the official MCP SDKs as real peers; the test
+# support installs them into target/mcp-peers/ (pip and npm), given Python with venv and
+# Node.js with npm.
+need_apt=()
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3 python3-venv python3-pip)
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing ${need_apt[*]} (the MCP tests run the official Python and TypeScript SDKs)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
 cargo test --all-targets --locked "$@"

@@ -148,6 +148,19 @@ pub fn fingerprint(
     path_and_query: &str,
     body: &BodyView,
 ) -> [u8; 32] {
+    fingerprint_with(spec, method, path_and_query, body, None)
+}
+
+/// [`fingerprint`], where `identity` (when given) stands for the whole body: on an MCP
+/// route the tool and its arguments (`{mcp.args_hash}`), so the JSON-RPC id and
+/// `params._meta` never make a repeat look like another request (SPEC §8).
+pub fn fingerprint_with(
+    spec: &FingerprintSpec,
+    method: &Method,
+    path_and_query: &str,
+    body: &BodyView,
+    identity: Option<&[u8]>,
+) -> [u8; 32] {
     let mut h = Prefixed::new();
     if spec.method {
         h.tag(b'm');
@@ -159,7 +172,13 @@ pub fn fingerprint(
     }
     match &spec.body {
         BodyFingerprint::Ignore => {}
-        BodyFingerprint::Whole => body_whole(&mut h, body),
+        BodyFingerprint::Whole => match identity {
+            Some(identity) => {
+                h.tag(b'c');
+                h.field(identity);
+            }
+            None => body_whole(&mut h, body),
+        },
         BodyFingerprint::Fields(paths) => body_fields(&mut h, body, paths),
     }
     h.finish()

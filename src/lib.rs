@@ -5,6 +5,8 @@
 //! - [`path`]: the path-template language (`/invoices/{id}`); [`route`]: the route table
 //!   built from it (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
+//! - [`mcp`]: MCP messages (which `tools/call` is protected, final responses in event
+//!   streams, replays under the new id, `tools/list` amendments); glue in `proxy/mcp.rs`.
 //! - [`store`]: the idempotency store (memory; Redis standalone, Cluster or Sentinel;
 //!   PostgreSQL) behind one narrow interface; [`store::SharedStore`] is the handle every
 //!   worker clones.
@@ -31,6 +33,7 @@ pub mod config;
 pub mod demo;
 pub mod key;
 pub mod loadtest;
+pub mod mcp;
 pub mod metrics;
 pub mod path;
 pub mod proxy;

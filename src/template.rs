@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::body::BodyView;
 use crate::canonical;
+use crate::mcp::ToolCall;
 use crate::path::Captures;
 
 /// A parsed template: literal text and placeholders.
@@ -45,6 +46,10 @@ pub enum Source {
     Route,
     /// `{body_hash}`: SHA-256 hex of the canonical JSON body.
     BodyHash,
+    /// `{mcp.tool}`: the tool of an MCP `tools/call` (MCP routes only).
+    McpTool,
+    /// `{mcp.args_hash}`: SHA-256 hex of the tool name and canonical arguments.
+    McpArgsHash,
 }
 
 /// A dotted path into a JSON document; numeric segments also index arrays.
@@ -60,13 +65,15 @@ pub struct RequestView<'a> {
     pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub body: &'a BodyView,
+    /// The protected MCP call, on an MCP route.
+    pub mcp: Option<&'a ToolCall>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
     #[error("unclosed `{{` at byte {0}")]
     Unclosed(usize),
-    #[error("unknown placeholder `{{{0}}}`; valid: {{path.NAME}}, {{body.a.b}}, {{query.NAME}}, {{header.NAME}}, {{method}}, {{route}}, {{body_hash}}")]
+    #[error("unknown placeholder `{{{0}}}`; valid: {{path.NAME}}, {{body.a.b}}, {{query.NAME}}, {{header.NAME}}, {{method}}, {{route}}, {{body_hash}}, {{mcp.tool}}, {{mcp.args_hash}}")]
     Unknown(String),
     #[error("empty name in placeholder `{{{0}}}`")]
     EmptyName(String),
@@ -154,7 +161,9 @@ impl Template {
         self.parts.iter().any(|p| {
             matches!(
                 p,
-                Part::Placeholder(Source::Body(_)) | Part::Placeholder(Source::BodyHash)
+                Part::Placeholder(
+                    Source::Body(_) | Source::BodyHash | Source::McpTool | Source::McpArgsHash
+                )
             )
         })
     }
@@ -237,6 +246,8 @@ fn resolve<'a>(
         Source::Method => Some(Cow::Borrowed(req.method.as_str())),
         Source::Route => Some(Cow::Borrowed(req.route)),
         Source::BodyHash => Some(Cow::Owned(body_hash(req.body)?)),
+        Source::McpTool => req.mcp.map(|call| Cow::Borrowed(call.tool.as_str())),
+        Source::McpArgsHash => req.mcp.map(|call| Cow::Borrowed(call.args_hash.as_str())),
     };
     Ok(value.filter(|v| !v.is_empty()))
 }
@@ -410,6 +421,8 @@ fn parse_placeholder(inner: &str) -> Result<Source, TemplateError> {
         "method" => return Ok(Source::Method),
         "route" => return Ok(Source::Route),
         "body_hash" => return Ok(Source::BodyHash),
+        "mcp.tool" => return Ok(Source::McpTool),
+        "mcp.args_hash" => return Ok(Source::McpArgsHash),
         _ => {}
     }
     let Some((kind, name)) = inner.split_once('.') else {

@@ -49,6 +49,7 @@ fuzz_target!(|input: Input<'_>| {
         query: input.query,
         headers: &headers,
         body: &body,
+        mcp: None,
     };
     let first = template.render(&view);
     assert_eq!(first, template.render(&view), "rendering is deterministic");

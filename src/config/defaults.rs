@@ -145,6 +145,7 @@ impl RoutePolicy {
                 .iter()
                 .map(|h| HeaderName::from_static(h))
                 .collect(),
+            mcp: None,
         }
     }
 }

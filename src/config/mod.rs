@@ -25,6 +25,7 @@ mod error;
 mod load;
 #[cfg(test)]
 mod load_tests;
+mod mcp;
 mod policy;
 mod routes;
 mod sections;
@@ -194,6 +195,9 @@ pub struct RoutePolicy {
     pub forward_key_format: KeyFormat,
     /// Lower-case header names whose values bind a record to its caller.
     pub bind_credentials: Vec<HeaderName>,
+    /// `mcp:` — an MCP endpoint whose `tools/call` for these tools is protected and
+    /// whose other messages pass through (SPEC §8). `None` on every other route.
+    pub mcp: Option<Arc<crate::mcp::McpRoute>>,
 }
 
 impl RoutePolicy {

@@ -11,8 +11,10 @@ use super::validate;
 use super::values;
 use super::walk::{At, Walker};
 use super::yaml::Node;
-use super::{OnConcurrent, RoutePolicy};
+use super::{mcp, BodyFingerprint, OnConcurrent, RoutePolicy};
 use crate::path::PathTemplate;
+use crate::template::Template;
+use http::Method;
 
 /// A route as read, before it becomes a [`RoutePolicy`]; kept for cross-route checks.
 pub(crate) struct ReadRoute {
@@ -57,7 +59,7 @@ fn read_route(
     defaults: &PolicyFields,
     names: &mut Vec<At<String>>,
 ) -> Option<ReadRoute> {
-    let mut allowed = vec!["name", "path"];
+    let mut allowed = vec!["name", "path", "mcp"];
     allowed.extend_from_slice(POLICY_FIELDS);
     let f = w.fields(node, path, &allowed);
     let name = w.field(&f, "name", values::route_name);
@@ -77,7 +79,12 @@ fn read_route(
             "missing: every route needs a path, e.g. path: /invoices/{invoice_id}/charge",
         );
     }
-    let fields = PolicyFields::read(w, &f).or(defaults);
+    let mcp = f.get("mcp").map(|node| mcp::read(w, node, &f.path("mcp")));
+    let mut own = PolicyFields::read(w, &f);
+    if mcp.is_some() {
+        mcp_defaults(&mut own, &f.path("key"), node.pos);
+    }
+    let fields = own.or(defaults);
     match &fields.key {
         None if f.get("key").is_none() => w.error(
             node.pos,
@@ -93,15 +100,63 @@ fn read_route(
     let (name, route_path) = (name?, route_path?);
     let key = fields.key.as_ref().filter(|k| !k.value.is_empty())?;
     validate::route(w, &name.value, &route_path.value, &fields);
+    check_mcp_templates(w, &fields, mcp.is_some());
     let alternatives = key.value.iter().map(|alt| alt.value.clone()).collect();
     let mut policy =
         RoutePolicy::with_defaults(&name.value, route_path.value.clone(), alternatives);
     fields.apply(&mut policy);
+    policy.mcp = match mcp {
+        Some(read) => Some(Arc::new(read?.value)),
+        None => None,
+    };
     Some(ReadRoute {
         name,
         path: route_path,
         policy,
     })
+}
+
+/// An MCP route that sets no `key` or `methods` of its own gets the tool and its
+/// arguments as key (`defaults.key` is meant for plain HTTP routes), and POST, GET and
+/// DELETE: every message of a streamable HTTP endpoint reaches the MCP handler.
+fn mcp_defaults(own: &mut PolicyFields, key_path: &str, pos: super::Pos) {
+    fn at<T>(value: T, path: &str, pos: super::Pos) -> At<T> {
+        At {
+            value,
+            pos,
+            path: path.to_owned(),
+        }
+    }
+    if own.key.is_none() {
+        // The built-in template always parses; a failure would be a parser bug.
+        if let Ok(key) = Template::parse(mcp::MCP_KEY) {
+            own.key = Some(at(vec![at(key, key_path, pos)], key_path, pos));
+        }
+    }
+    if own.methods.is_none() {
+        let methods = vec![Method::POST, Method::GET, Method::DELETE];
+        own.methods = Some(at(methods, key_path, pos));
+    }
+}
+
+/// Key, scope and fingerprint fields against the route's kind (MCP or not).
+fn check_mcp_templates(w: &mut Walker<'_>, fields: &PolicyFields, is_mcp: bool) {
+    for alt in fields.key.iter().flat_map(|k| &k.value) {
+        mcp::check_template(w, alt, is_mcp);
+    }
+    if let Some(scope) = &fields.scope {
+        mcp::check_template(w, scope, is_mcp);
+    }
+    if let (true, Some(fp)) = (is_mcp, &fields.fingerprint) {
+        if let BodyFingerprint::Fields(paths) = &fp.value.body {
+            if let Some(bad) = paths.iter().find(|p| !mcp::stable_body_path(p.segments())) {
+                let message = format!(
+                    "{bad} changes with every repeat of an MCP call; list fields under params.arguments"
+                );
+                w.error(fp.pos, &fp.path, message);
+            }
+        }
+    }
 }
 
 /// `defaults.wait_timeout` is only pointless when no route waits at all; a route that

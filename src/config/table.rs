@@ -91,10 +91,14 @@ fn row(r: &RoutePolicy) -> Vec<Vec<String>> {
         OnConcurrent::Wait => format!("wait {}", format_duration(r.wait_timeout)),
         OnConcurrent::Conflict => "conflict".to_string(),
     };
+    let mut path = vec![r.path.as_str().to_string()];
+    if let Some(mcp) = &r.mcp {
+        path.push(format!("(MCP tools/call: {})", mcp.tools.join(", ")));
+    }
     vec![
         vec![r.name.clone()],
         vec![methods.join(",")],
-        vec![r.path.as_str().to_string()],
+        path,
         key,
         vec![format_duration(r.lease)],
         vec![format_duration(r.retention)],

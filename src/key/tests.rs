@@ -35,6 +35,7 @@ fn derive(
         query: Some("q=1"),
         headers: hdrs,
         body: &body,
+        mcp: None,
     };
     (render_key(policy, &view), render_scope(policy, &view))
 }
@@ -402,6 +403,7 @@ fn never_panics_on_odd_input() {
             query: Some(s),
             headers: &HeaderMap::new(),
             body: &b,
+            mcp: None,
         };
         let _ = everything.render(&view);
         let _ = fingerprint(&spec(BodyFingerprint::Whole), &Method::POST, s, &b);

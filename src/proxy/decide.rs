@@ -117,6 +117,10 @@ pub enum Exchanged {
     Ambiguous,
     /// A complete answer with this status.
     Answered(u16),
+    /// A complete answer that is not the call's outcome: on an MCP route an HTTP error
+    /// (an unknown session, a malformed request), a non-final result such as
+    /// `input_required`, or no response for the call's id.
+    NotFinal,
 }
 
 /// What becomes of the winner's reservation once its exchange has ended.
@@ -134,7 +138,7 @@ pub enum Settle {
 /// The outcome classes of SPEC §1: what a finished exchange does to the reservation.
 pub fn settle(exchanged: Exchanged, policy: &RoutePolicy) -> Settle {
     match exchanged {
-        Exchanged::NotSent => Settle::Release,
+        Exchanged::NotSent | Exchanged::NotFinal => Settle::Release,
         Exchanged::Ambiguous => match policy.on_ambiguous {
             OnAmbiguous::Hold => Settle::Hold,
             OnAmbiguous::Release => Settle::Release,

@@ -12,6 +12,7 @@ pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 pub const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 pub const TRUE: HeaderValue = HeaderValue::from_static("true");
+pub const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 pub const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
 /// Connection-scoped headers that must not be forwarded (RFC 9110 §7.6.1), plus the

@@ -17,11 +17,12 @@ use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
 use super::lease::release_orphan;
 use super::problem::{self, Problem, ProblemFormat};
-use super::replay::replay;
+use super::replay::{replay, replay_mcp};
 use super::{forward_unprotected, Worker};
 use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
+use crate::mcp::ToolCall;
 use crate::metrics::{Outcome, StoreOp};
 use crate::path::Captures;
 use crate::store::record::now_ms;
@@ -38,6 +39,15 @@ pub struct Handled {
     pub upstream_time: Option<Duration>,
 }
 
+/// A matched request before its body is read.
+pub struct Inbound {
+    pub policy: Arc<RoutePolicy>,
+    pub captures: Captures,
+    pub parts: request::Parts,
+    pub client_ip: Option<IpAddr>,
+    pub on_store_error: OnStoreError,
+}
+
 /// One protected request on its way through the flow.
 struct Flow<'a> {
     worker: &'a Arc<Worker>,
@@ -48,36 +58,49 @@ struct Flow<'a> {
     on_store_error: OnStoreError,
     /// How this request's problems are answered.
     format: ProblemFormat,
+    /// The protected MCP call, on an MCP route (replays take its id).
+    mcp: Option<Arc<ToolCall>>,
     key: Option<StoreKey>,
     store_time: Duration,
 }
 
-pub async fn protect(
+/// Read the body (bounded) and protect the request.
+pub async fn protect(worker: &Arc<Worker>, inbound: Inbound, body: Incoming) -> Handled {
+    let limit = inbound.policy.max_request_bytes;
+    let timeout = worker.upstream.timeout;
+    match read_body(body, &inbound.parts.headers, limit, timeout).await {
+        Ok(raw) => protect_read(worker, inbound, BodyView::new(raw), None).await,
+        Err(p) => {
+            Flow::new(worker, inbound, BodyView::default(), None).refuse(p, Outcome::rejected)
+        }
+    }
+}
+
+/// Protect a request whose body is already read: derive its intent and reserve it.
+/// `mcp`: the protected `tools/call` of an MCP route, whose problems are tool errors.
+pub async fn protect_read(
     worker: &Arc<Worker>,
-    policy: Arc<RoutePolicy>,
-    captures: Captures,
-    parts: request::Parts,
-    body: Incoming,
-    client_ip: Option<IpAddr>,
-    on_store_error: OnStoreError,
+    mut inbound: Inbound,
+    body: BodyView,
+    mcp: Option<ToolCall>,
 ) -> Handled {
-    let limit = policy.max_request_bytes;
-    let raw = read_body(body, &parts.headers, limit, worker.upstream.timeout).await;
-    let mut flow = Flow {
-        worker,
-        policy,
-        parts,
-        body: BodyView::new(raw.as_ref().cloned().unwrap_or_default()),
-        client_ip,
-        on_store_error,
-        format: ProblemFormat::default(),
-        key: None,
-        store_time: Duration::ZERO,
-    };
-    if let Err(p) = raw {
+    let captures = std::mem::take(&mut inbound.captures);
+    let mut flow = Flow::new(worker, inbound, body, mcp.map(Arc::new));
+    if flow.mcp.as_ref().is_some_and(|call| !call.exact) {
+        let p = problem::key_invalid(
+            "the tool arguments have a number with more digits than a 64-bit float holds; \
+             send such numbers as JSON strings",
+        );
         return flow.refuse(p, Outcome::rejected);
     }
-    match Intent::derive(&flow.policy, &flow.parts, &captures, &flow.body) {
+    let mcp = flow.mcp.clone();
+    match Intent::derive(
+        &flow.policy,
+        &flow.parts,
+        &captures,
+        &flow.body,
+        mcp.as_deref(),
+    ) {
         Ok(Some(intent)) => {
             flow.key = Some(intent.store_key);
             flow.reserve(intent).await
@@ -91,7 +114,31 @@ pub async fn protect(
     }
 }
 
-impl Flow<'_> {
+impl<'a> Flow<'a> {
+    fn new(
+        worker: &'a Arc<Worker>,
+        inbound: Inbound,
+        body: BodyView,
+        mcp: Option<Arc<ToolCall>>,
+    ) -> Flow<'a> {
+        let format = match &mcp {
+            Some(call) => ProblemFormat::McpToolError(call.clone()),
+            None => ProblemFormat::default(),
+        };
+        Flow {
+            worker,
+            policy: inbound.policy,
+            parts: inbound.parts,
+            body,
+            client_ip: inbound.client_ip,
+            on_store_error: inbound.on_store_error,
+            format,
+            mcp,
+            key: None,
+            store_time: Duration::ZERO,
+        }
+    }
+
     /// Reserve, and act on the decision ([`decide`]) as winner or loser; loops only to
     /// wait or to retry a lost race for a new attempt.
     async fn reserve(mut self, intent: Intent) -> Handled {
@@ -126,7 +173,11 @@ impl Flow<'_> {
             match decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms()) {
                 Decision::Won => return self.forward(&intent, mine).await,
                 Decision::Replay { stored, body } => {
-                    return self.answer(replay(stored, body), Outcome::replayed)
+                    let response = match &self.mcp {
+                        Some(call) => replay_mcp(stored, body, call),
+                        None => replay(stored, body),
+                    };
+                    return self.answer(response, Outcome::replayed);
                 }
                 Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
                 Decision::NewAttempt => {
@@ -173,6 +224,7 @@ impl Flow<'_> {
         let call = Call {
             policy: policy.clone(),
             format: self.format.clone(),
+            mcp: self.mcp.clone(),
             key: intent.store_key,
             record,
             request,

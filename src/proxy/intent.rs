@@ -12,6 +12,7 @@ use super::problem::{self, Problem};
 use crate::body::BodyView;
 use crate::config::RoutePolicy;
 use crate::key::{self, KeyError, StoreKey};
+use crate::mcp::ToolCall;
 use crate::path::Captures;
 use crate::store::Record;
 use crate::template::RequestView;
@@ -27,11 +28,14 @@ pub struct Intent {
 
 impl Intent {
     /// Derive the intent; `Ok(None)` when no key alternative (or the scope) resolves.
+    /// `mcp`: the protected MCP call on an MCP route (its tool and arguments stand for
+    /// the body in the fingerprint).
     pub fn derive(
         policy: &RoutePolicy,
         parts: &request::Parts,
         captures: &Captures,
         body: &BodyView,
+        mcp: Option<&ToolCall>,
     ) -> Result<Option<Intent>, KeyError> {
         let view = RequestView {
             method: &parts.method,
@@ -40,6 +44,7 @@ impl Intent {
             query: parts.uri.query(),
             headers: &parts.headers,
             body,
+            mcp,
         };
         let Some(key) = key::render_key(policy, &view)? else {
             return Ok(None);
@@ -50,7 +55,13 @@ impl Intent {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         Ok(Some(Intent {
             store_key: StoreKey::new(&policy.name, &scope, &key),
-            fingerprint: key::fingerprint(&policy.fingerprint, &parts.method, path, body),
+            fingerprint: key::fingerprint_with(
+                &policy.fingerprint,
+                &parts.method,
+                path,
+                body,
+                mcp.map(|call| call.args_hash.as_bytes()),
+            ),
             credentials: key::credential_hash(&policy.bind_credentials, &parts.headers),
             key,
             scope,

@@ -21,6 +21,8 @@ pub mod headers;
 mod idempotency;
 mod intent;
 mod lease;
+mod mcp;
+mod mcp_answer;
 mod outbound;
 pub mod problem;
 mod replay;
@@ -111,16 +113,18 @@ impl Proxy {
         // Boxed: the protected flow's future is several KB, and hyper moves the
         // connection's request future by value; boxing keeps the passthrough path and
         // every move small.
-        let handled = Box::pin(idempotency::protect(
-            &self.worker,
-            policy.clone(),
+        let inbound = idempotency::Inbound {
+            policy: policy.clone(),
             captures,
             parts,
-            body,
             client_ip,
-            current.on_store_error,
-        ))
-        .await;
+            on_store_error: current.on_store_error,
+        };
+        let handled = match &policy.mcp {
+            None => Box::pin(idempotency::protect(&self.worker, inbound, body)).await,
+            // An MCP endpoint: only its protected `tools/call` go through the flow.
+            Some(route) => Box::pin(mcp::handle(&self.worker, route, inbound, body)).await,
+        };
         match current.counters.get(&policy.name) {
             Some(counters) => counters.inc(handled.outcome),
             None => self.worker.metrics.count(&policy.name, handled.outcome),

@@ -7,7 +7,10 @@
 //!   stream itself — the terminating chunk, h2's `END_STREAM` — which goes out when the
 //!   channel closes after [`Outbound::finish`];
 //! - trailers, which only ever come last;
-//! - the head itself when the body is empty (a `204`, `Content-Length: 0`).
+//! - the head itself when the body is empty (a `204`, `Content-Length: 0`);
+//! - on an MCP route, the frame that completes the call's final JSON-RPC response in an
+//!   event stream ([`Outbound::hold`]): a client acts on that event, not on the stream's
+//!   close.
 //!
 //! Every send tolerates a caller that has gone or stopped reading: the call carries on
 //! and records the outcome without it.
@@ -32,7 +35,8 @@ pub struct Outbound {
     /// Bytes of a `Content-Length` body not yet received; `None` when the length is not
     /// known up front.
     remaining: Option<u64>,
-    /// The data frame that completes a `Content-Length` body, held until `finish`.
+    /// The data frame that completes a `Content-Length` body (or that [`Outbound::hold`]
+    /// holds), held until `finish`.
     last: Option<Frame<Bytes>>,
     /// Trailers, held until `finish`.
     trailers: Option<Frame<Bytes>>,
@@ -81,6 +85,12 @@ impl Outbound {
         }
         self.send_head();
         self.send(frame).await;
+    }
+
+    /// Hold this frame until `finish`: it completes the answer the caller acts on (the
+    /// last frame the call passes on; a body of unknown length, so `last` is free).
+    pub fn hold(&mut self, frame: Frame<Bytes>) {
+        self.last = Some(frame);
     }
 
     fn send_head(&mut self) {

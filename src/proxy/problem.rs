@@ -6,8 +6,12 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
+use std::sync::Arc;
+
+use crate::mcp::ToolCall;
+
 use super::body::{full, ProxyBody};
-use super::headers::PROBLEM_JSON;
+use super::headers::{APPLICATION_JSON, PROBLEM_JSON};
 
 /// A proxy-made error response.
 #[derive(Debug, Clone)]
@@ -53,17 +57,37 @@ impl Problem {
         self
     }
 
-    /// The JSON body, as bytes.
-    pub fn body(&self) -> Bytes {
-        let wire = Wire {
+    fn wire(&self) -> Wire<'_> {
+        Wire {
             kind: format!("urn:idem:problem:{}", self.code),
             title: self.title,
             status: self.status.as_u16(),
             detail: &self.detail,
             code: self.code,
             retry_after: self.retry_after,
-        };
-        Bytes::from(serde_json::to_vec(&wire).unwrap_or_default())
+        }
+    }
+
+    /// The JSON body, as bytes.
+    pub fn body(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(&self.wire()).unwrap_or_default())
+    }
+
+    /// The problem on an MCP route, for a `tools/call` with JSON-RPC id `id`: HTTP 200,
+    /// a JSON-RPC response whose result is a tool error (`isError: true`, the detail as
+    /// text, the problem document as `structuredContent`; SPEC §8).
+    /// `modern`: the caller speaks the 2026-07-28 era (its results carry `resultType`).
+    pub fn into_tool_error(self, id: &serde_json::Value, modern: bool) -> Response<ProxyBody> {
+        let document = serde_json::to_value(self.wire()).unwrap_or_default();
+        let body = crate::mcp::answer::tool_error(id, &self.detail, document, modern);
+        let mut response = Response::new(full(body));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 
     pub fn into_response(self) -> Response<ProxyBody> {
@@ -82,18 +106,21 @@ impl Problem {
 /// How one request's proxy-made problems are answered: the pipeline's one
 /// problem-to-response step (refusals, store and upstream failures, in the flow and in
 /// the detached call alike). Every route answers `application/problem+json` (SPEC §5);
-/// a protocol with an error shape of its own — MCP's tool errors for a `tools/call`
-/// (SPEC §8) — is one more variant here.
+/// a protected MCP `tools/call` answers a JSON-RPC tool error for its id (SPEC §8).
 #[derive(Debug, Clone, Default)]
 pub enum ProblemFormat {
     #[default]
     ProblemJson,
+    /// A protected MCP `tools/call`: a tool error for its JSON-RPC id, in its era. (An
+    /// `Arc`: this format travels in every call's future, which is copied when spawned.)
+    McpToolError(Arc<ToolCall>),
 }
 
 impl ProblemFormat {
     pub fn respond(&self, problem: Problem) -> Response<ProxyBody> {
         match self {
             ProblemFormat::ProblemJson => problem.into_response(),
+            ProblemFormat::McpToolError(call) => problem.into_tool_error(&call.id, call.modern),
         }
     }
 }
@@ -269,6 +296,21 @@ mod tests {
             r.headers()[header::CONTENT_TYPE],
             "application/problem+json"
         );
+    }
+
+    #[test]
+    fn on_mcp_routes_a_problem_is_a_tool_error_for_the_request_id() {
+        let format = ProblemFormat::McpToolError(Arc::new(ToolCall {
+            id: serde_json::json!("call-7"),
+            tool: "charge".into(),
+            args_hash: String::new(),
+            exact: true,
+            modern: false,
+        }));
+        let r = format.respond(in_progress("charge", 2));
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
     }
 
     #[test]

@@ -4,7 +4,8 @@ use bytes::Bytes;
 use http::{header, Response, StatusCode};
 
 use super::body::{full, ProxyBody};
-use super::headers::{IDEMPOTENT_REPLAYED, TRUE};
+use super::headers::{APPLICATION_JSON, IDEMPOTENT_REPLAYED, TRUE};
+use crate::mcp::ToolCall;
 use crate::store::StoredResponse;
 
 /// The stored response, with its `body`, marked `Idempotent-Replayed: true`.
@@ -20,6 +21,20 @@ pub fn replay(stored: &StoredResponse, body: &Bytes) -> Response<ProxyBody> {
         }
     }
     headers.insert(IDEMPOTENT_REPLAYED, TRUE);
+    response
+}
+
+/// The stored final response of an MCP `tools/call`, under the new request's JSON-RPC
+/// id (as sent), as one `application/json` message with HTTP 200 — never with the first
+/// session's `Mcp-Session-Id` (SPEC §8).
+/// Its result is fitted to the caller's era (`resultType`).
+pub fn replay_mcp(stored: &StoredResponse, body: &Bytes, call: &ToolCall) -> Response<ProxyBody> {
+    let body = crate::mcp::answer::with_id(body, &call.id, call.modern);
+    let mut response = replay(stored, &body);
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.remove(crate::mcp::message::MCP_SESSION_ID);
+    headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
     response
 }
 

@@ -150,6 +150,7 @@ impl Req {
             query: self.query.as_deref(),
             headers: &self.headers,
             body: &self.body,
+            mcp: None,
         };
         Template::parse(template).unwrap().render(&view)
     }

@@ -5,6 +5,7 @@
 pub mod env;
 pub mod faulty;
 pub mod harness;
+pub mod mcp;
 pub mod panics;
 pub mod poll;
 pub mod postgres;

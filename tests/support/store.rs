@@ -83,7 +83,7 @@ impl Backend {
                 OP_TIMEOUT.as_millis()
             ),
             Backend::RedisSentinel(set) => format!(
-                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    url: redis://127.0.0.1:1/0\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    url: redis://127.0.0.1:1/0\n    sentinel_master: mymaster\n    nodes: [{}]\n    op_timeout: {}ms\n",
                 set.sentinel_urls().join(", "),
                 OP_TIMEOUT.as_millis()
             ),

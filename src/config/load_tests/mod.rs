@@ -5,6 +5,7 @@
 //! - `rules.rs`: each validation rule, the error or warning it gives and where.
 
 mod fields;
+mod mcp;
 mod rules;
 
 pub(super) use super::*;

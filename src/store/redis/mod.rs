@@ -247,15 +247,28 @@ impl RedisStore {
                 .arg(channel.as_deref().unwrap_or(""))
                 .arg(&key.hex()[..]);
         };
-        let replaced: i64 = self
-            .bounded(
-                conn,
-                eval(&mut link, script, &store_key, Some(record), args),
-            )
-            .await?;
-        if replaced == 1 && !renewal {
-            self.wait_for_replicas(&mut link, &store_key).await?;
-        }
+        let acked = async {
+            let replaced: i64 = self
+                .bounded(
+                    conn,
+                    eval(&mut link, script, &store_key, Some(record), args),
+                )
+                .await?;
+            if replaced == 1 && !renewal {
+                self.wait_for_replicas(&mut link, &store_key).await?;
+            }
+            Ok(replaced)
+        };
+        let replaced = match acked.await {
+            Ok(replaced) => replaced,
+            Err(e) => {
+                // The write may still land (a timeout is not a refusal): what this
+                // process remembers of the key can no longer be trusted, so duplicates
+                // ask Redis again instead of being told "in progress" from memory.
+                self.events.local.forget(key);
+                return Err(e);
+            }
+        };
         match replaced {
             1 => self.events.local.written(key, owner, record),
             // Not (or no longer) ours: whatever this process remembers of it is stale.
@@ -280,10 +293,12 @@ impl RedisStore {
         let args = |cmd: &mut Cmd| {
             cmd.arg(&owner.hex()[..]).arg(&*channel).arg(&key.hex()[..]);
         };
-        let released: i64 = self
+        let released = self
             .bounded(&self.conn, eval(&mut link, script, &store_key, None, args))
-            .await?;
+            .await;
+        // Forgotten whatever the answer: even a timed-out release may have landed.
         self.events.local.forget(key);
+        let released: i64 = released?;
         if released == 1 {
             self.events.watchers.notify(key);
         }

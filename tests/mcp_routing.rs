@@ -1,0 +1,121 @@
+//! Which MCP messages an `mcp:` route protects, seen from the upstream's side (a mock
+//! that records every request): a protected `tools/call` arrives with the
+//! `Idempotency-Key` idem adds, anything else arrives as sent. The SDK-driven behaviour
+//! is in `tests/mcp.rs`; these are the wire-level cases SDKs never produce.
+
+mod support;
+
+use idem::app::Running;
+use serde_json::json;
+use support::harness::{self, post, url};
+use support::upstream::MockUpstream;
+
+async fn idem(upstream: &MockUpstream) -> Running {
+    harness::start(&format!(
+        "upstream:\n  url: {}\nroutes:\n  - name: tools\n    path: /mcp\n    mcp:\n      tools: [charge_customer]\n",
+        upstream.url()
+    ))
+    .await
+}
+
+fn tools_call(id: u64, tool: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": {"customer": "c1"}, "_meta": {"progressToken": id}}})
+    .to_string()
+}
+
+fn protected(upstream: &MockUpstream) -> Vec<bool> {
+    let received = upstream.received();
+    received
+        .iter()
+        .map(|r| r.headers.contains_key("idempotency-key"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_naming_an_unprotected_message_spare_the_body_read() {
+    let upstream = MockUpstream::start().await;
+    let idem = idem(&upstream).await;
+    let mcp = url(&idem, "/mcp");
+    // Over the 1 MiB max_request_bytes: only a message idem must read is refused.
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(2 << 20));
+    let lookup = [("mcp-method", "tools/call"), ("mcp-name", "lookup")];
+    let passed = post(&mcp, &lookup, &big).await;
+    assert_eq!(passed.status, 201, "streamed through unread");
+    assert_eq!(upstream.received()[0].body.len(), big.len());
+    let discover = [("mcp-method", "server/discover")];
+    assert_eq!(post(&mcp, &discover, &big).await.status, 201);
+    let unknown = post(&mcp, &[], &big).await;
+    assert_eq!(
+        unknown.status, 413,
+        "no header: the body must be read to know"
+    );
+    assert_eq!(upstream.received().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_that_disagrees_with_the_body_is_never_protected() {
+    let upstream = MockUpstream::start().await;
+    let idem = idem(&upstream).await;
+    let mcp = url(&idem, "/mcp");
+    let cases = [
+        (
+            vec![("mcp-method", "tools/call"), ("mcp-name", "lookup")],
+            tools_call(1, "charge_customer"),
+        ),
+        (
+            vec![
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "charge_customer"),
+            ],
+            tools_call(2, "lookup"),
+        ),
+        (
+            vec![("mcp-method", "tools/list")],
+            tools_call(3, "charge_customer"),
+        ),
+    ];
+    for (headers, body) in &cases {
+        let r = post(&mcp, headers, body).await;
+        assert_eq!(r.status, 201);
+        assert!(!r.replayed());
+    }
+    assert_eq!(protected(&upstream), [false, false, false]);
+    // Headers and body agreeing (or no headers): protected, with the key passed on.
+    let agree = [
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "charge_customer"),
+    ];
+    post(&mcp, &agree, &tools_call(4, "charge_customer")).await;
+    assert_eq!(protected(&upstream), [false, false, false, true]);
+    let key = upstream.received()[3].headers["idempotency-key"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(key.starts_with("charge_customer:"), "{key}");
+}
+
+/// An answer that is not a JSON-RPC response for the call (here the mock's own JSON),
+/// or an HTTP error status (an unknown session), is passed on and never stored: the
+/// repeat is forwarded again. On a plain HTTP route the 404 would be stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_are_not_the_calls_outcome_are_not_stored() {
+    let upstream = MockUpstream::start().await;
+    let idem = idem(&upstream).await;
+    let mcp = url(&idem, "/mcp");
+    for id in [1, 2] {
+        let r = post(
+            &mcp,
+            &[("x-mock-status", "404")],
+            &tools_call(id, "charge_customer"),
+        )
+        .await;
+        assert_eq!(r.status, 404);
+    }
+    for id in [3, 4] {
+        let r = post(&mcp, &[], &tools_call(id, "charge_customer")).await;
+        assert_eq!(r.status, 201);
+        assert!(!r.replayed());
+    }
+    assert_eq!(protected(&upstream), [true, true, true, true]);
+}
