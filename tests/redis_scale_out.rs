@@ -117,7 +117,7 @@ async fn storm_on_cluster_executes_each_intent_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_on_sentinel_executes_each_intent_once() {
-    let set = RedisSentinelSet::start(1);
+    let set = RedisSentinelSet::start_without_failover(1);
     storm(&sentinel(&set, 0)).await;
 }
 
@@ -227,7 +227,7 @@ async fn load_through(
 /// promoted master still has one to acknowledge), no intent runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
-    let figures = sentinel_master_killed(1).await;
+    let figures = sentinel_failover(Switch::Killed, 1).await;
     eprintln!("sentinel, master killed, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
 }
@@ -236,25 +236,8 @@ async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
 /// (asynchronous replication may lose a fresh reservation or completion).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_master_killed_without_wait_replicas_is_reported() {
-    let figures = sentinel_master_killed(0).await;
+    let figures = sentinel_failover(Switch::Killed, 0).await;
     eprintln!("sentinel, master killed, wait_replicas 0: {figures:?}");
-}
-
-async fn sentinel_master_killed(wait_replicas: u32) -> Figures {
-    let set = RedisSentinelSet::start(2);
-    let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
-    let view = Arc::new(Mutex::new(set));
-    let keep = view.clone();
-    let figures = load_through(&idems, &upstream, move || {
-        let mut set = view.lock().unwrap();
-        let old = set.master();
-        set.servers[old].stop();
-        set.wait_switched(old, Duration::from_secs(20));
-    })
-    .await;
-    drop(keep);
-    figures
 }
 
 /// A planned `SENTINEL FAILOVER` under load with one replica and `wait_replicas: 1`:
@@ -262,21 +245,50 @@ async fn sentinel_master_killed(wait_replicas: u32) -> Figures {
 /// so it grants nothing that the switch could lose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_planned_failover_with_wait_replicas_runs_nothing_twice() {
-    let set = RedisSentinelSet::start(1);
+    let figures = sentinel_failover(Switch::Planned, 1).await;
+    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
+    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+}
+
+/// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
+/// (`cargo test --test redis_scale_out -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures only; about 10 s"]
+async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
+    let figures = sentinel_failover(Switch::Planned, 0).await;
+    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
+}
+
+/// How the Sentinel master goes away.
+#[derive(Clone, Copy)]
+enum Switch {
+    /// Killed: two replicas, so the promoted master keeps one to acknowledge.
+    Killed,
+    /// `SENTINEL FAILOVER`: the old master stays up; one replica.
+    Planned,
+}
+
+async fn sentinel_failover(switch: Switch, wait_replicas: u32) -> Figures {
+    let set = RedisSentinelSet::start(match switch {
+        Switch::Killed => 2,
+        Switch::Planned => 1,
+    });
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, 1), "5s")).await;
+    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
     let view = Arc::new(Mutex::new(set));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
-        let set = view.lock().unwrap();
+        let mut set = view.lock().unwrap();
         let old = set.master();
-        set.force_failover();
+        match switch {
+            Switch::Killed => set.servers[old].stop(),
+            Switch::Planned => set.force_failover(),
+        }
         set.wait_switched(old, Duration::from_secs(20));
     })
     .await;
     drop(keep);
-    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
-    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+    figures
 }
 
 /// A cluster master is killed under load: idem keeps serving once its replica is
@@ -298,25 +310,4 @@ async fn cluster_master_killed_keeps_serving_after_promotion() {
     .await;
     drop(keep);
     eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
-}
-
-/// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
-/// (`cargo test --test redis_scale_out -- --ignored --nocapture`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "figures only; about 10 s"]
-async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
-    let set = RedisSentinelSet::start(1);
-    let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, 0), "5s")).await;
-    let view = Arc::new(Mutex::new(set));
-    let keep = view.clone();
-    let figures = load_through(&idems, &upstream, move || {
-        let set = view.lock().unwrap();
-        let old = set.master();
-        set.force_failover();
-        set.wait_switched(old, Duration::from_secs(20));
-    })
-    .await;
-    drop(keep);
-    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
 }
