@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """idem benchmark orchestrator (called by bench/run.sh; standard library only).
 
-Starts, on loopback and free ports: a private redis-server, the bench upstream
-(idem-bench-upstream), idem (a fresh process per scenario), and nginx for the plain-proxy
-reference; drives them with wrk; and writes bench/results/<date>.md (+ .json).
+Starts, on loopback and free ports: a private redis-server, a private PostgreSQL (for
+the *_postgres scenarios, bench/postgres.py), the bench upstream (idem-bench-upstream),
+idem (a fresh process per scenario), and nginx for the plain-proxy reference; drives
+them with wrk; and writes bench/results/<date>.md (+ .json).
 
 Every scenario runs `--rounds` times, interleaved (round 1 of every scenario, then
 round 2, ...), so slow drift on a shared machine hits all scenarios alike; each row
@@ -26,6 +27,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+from postgres import Postgres
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -180,11 +183,14 @@ class Redis:
 
 class Idem:
     def __init__(self, bins, workdir, upstream_port, store, redis=None, log_level="warn",
-                 workers=0):
+                 workers=0, postgres=None):
         self.port, self.admin = free_port(), free_port()
         store_yaml = "store:\n  backend: memory\n"
         if store == "redis":
             store_yaml = f"store:\n  backend: redis\n  redis:\n    url: {redis.url()}\n"
+        if store == "postgres":
+            store_yaml = ("store:\n  backend: postgres\n  postgres:\n"
+                          f"    url: {postgres.url()}\n")
         config = os.path.join(workdir, f"idem-{self.port}.yaml")
         with open(config, "w") as f:
             f.write(
@@ -310,6 +316,9 @@ SCENARIOS = [
     ("fresh_redis", "4. idem fresh intents, Redis", "idem", "redis", "unique.lua", "/charges"),
     ("replay_redis", "5. idem replays (100 completed keys), Redis", "idem", "redis", "replay.lua", "/charges"),
     ("storm_redis", "6. idem duplicate storm, Redis", "idem", "redis", "storm.lua", "/charges"),
+    ("fresh_postgres", "8. idem fresh intents, PostgreSQL", "idem", "postgres", "unique.lua", "/charges"),
+    ("replay_postgres", "9. idem replays (100 completed keys), PostgreSQL", "idem", "postgres", "replay.lua", "/charges"),
+    ("storm_postgres", "10. idem duplicate storm, PostgreSQL", "idem", "postgres", "storm.lua", "/charges"),
     ("nginx_passthrough", "7a. nginx proxy_pass, fixed-body POST (as 2)", "nginx", None, "fixed.lua", "/plain"),
     ("nginx_keyed", "7b. nginx proxy_pass, unique keys (as 3, 4)", "nginx", None, "unique.lua", "/charges"),
     ("nginx_replay", "7c. nginx proxy_pass, 100 repeated keys (as 5)", "nginx", None, "replay.lua", "/charges"),
@@ -335,8 +344,10 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
     else:
         if store == "redis":
             redis.cli("FLUSHALL")
+        if store == "postgres":
+            ctx["postgres"].reset()
         idem = Idem(bins, workdir, ctx["upstream_port"], store, redis,
-                    workers=args.idem_workers)
+                    workers=args.idem_workers, postgres=ctx.get("postgres"))
         port = idem.port
         proxy_pids = [idem.pid]
     env = {"RUN": run_id}
@@ -358,12 +369,18 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
         if script == "storm.lua":
             http("POST", f"http://127.0.0.1:{ctx['upstream_port']}/reset")
         stats0 = redis.commandstats() if store == "redis" else None
+        pg = ctx.get("postgres") if store == "postgres" else None
+        pg0 = (pg.statements(), pg.transactions()) if pg else None
+        store_pids = pg.pids() if pg else [redis.proc.pid] if store == "redis" else []
+        store0 = {p: cpu_ticks([p]) for p in store_pids}
         m0 = idem.metrics() if idem else ""
         ops0, outcomes0 = store_ops(m0), outcome_counts(m0)
         cpu0 = cpu_ticks(proxy_pids)
         w = wrk(args, workdir, port, script, path, args.duration, env=env)
         time.sleep(0.3)  # let the last completions land before reading counters
         cpu1 = cpu_ticks(proxy_pids)
+        store_pids = pg.pids() if pg else store_pids
+        store_ticks = sum(cpu_ticks([p]) - store0.get(p, 0) for p in store_pids)
         result.update(w)
         result["rps"] = w["requests"] / (w["duration_us"] / 1e6)
         result["cpu_us_per_req"] = (cpu1 - cpu0) / CLK_TCK * 1e6 / max(1, w["requests"])
@@ -374,6 +391,23 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
                                   if v - outcomes0.get(k, 0) > 0}
         elif target == "nginx":
             result["peak_rss_kib"] = sum(status_kib(p, "VmHWM") for p in proxy_pids)
+        if store in ("redis", "postgres"):
+            result["store_cpu_us_per_req"] = (store_ticks / CLK_TCK * 1e6
+                                              / max(1, w["requests"]))
+        if pg0 is not None:
+            stmts1, xacts1 = pg.statements(), pg.transactions()
+            delta = {k: v - pg0[0].get(k, 0) for k, v in stmts1.items()}
+            delta = {k: v for k, v in delta.items() if v > 0}
+            ops1 = store_ops(idem.metrics())
+            ops = {k: ops1.get(k, 0) - ops0.get(k, 0) for k in ops1}
+            result["pg_statements"] = delta
+            result["store_ops"] = {k: v for k, v in ops.items() if v > 0}
+            # The psql readings themselves are transactions too (two per reading).
+            result["pg_xacts"] = xacts1 - pg0[1] - 2
+            handled = sum(result["outcomes"].values()) or w["requests"]
+            result["handled"] = handled
+            result["pg_sent"] = sum(delta.values())
+            result["pg_per_req"] = result["pg_sent"] / max(1, handled)
         if stats0 is not None:
             stats1 = redis.commandstats()
             delta = {k: stats1.get(k, 0) - stats0.get(k, 0) for k in stats1}
@@ -582,8 +616,8 @@ def render(args, results, extras, info, started, command):
         "--threads 2`. nginx: `worker_processes auto`, upstream keepalive.")
     add("")
     add("| scenario | req/s | ratio | p50 ms | p99 ms | p99.9 ms | proxy CPU µs/req "
-        "| peak RSS MiB | Redis cmds/req | non-2xx |")
-    add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "| peak RSS MiB | store round trips/req | store CPU µs/req | non-2xx |")
+    add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, label, target, store, script, path in SCENARIOS:
         if name not in med:
             continue
@@ -591,11 +625,13 @@ def render(args, results, extras, info, started, command):
         rt, _ = ratio(name)
         cpu = f"{r['cpu_us_per_req']:.1f}" if target != "upstream" else "—"
         rss = f"{r['peak_rss_kib'] / 1024:.1f}" if "peak_rss_kib" in r else "—"
-        rcmd = f"{r['redis_per_req']:.3f}" if "redis_per_req" in r else "—"
+        per = r.get("redis_per_req", r.get("pg_per_req"))
+        rcmd = f"{per:.3f}" if per is not None else "—"
+        scpu = (f"{r['store_cpu_us_per_req']:.1f}" if "store_cpu_us_per_req" in r else "—")
         errs = r["status_errors"] + r["read_errors"] + r["write_errors"] + r["timeouts"]
         add(f"| {label} | {r['rps']:,.0f} | {rt:.2f} | {fmt_ms(r['p50_us'])} | "
             f"{fmt_ms(r['p99_us'])} | {fmt_ms(r['p999_us'])} | {cpu} | {rss} | {rcmd} | "
-            f"{errs:,} |")
+            f"{scpu} | {errs:,} |")
     add("")
     add("Redis commands per run (INFO commandstats delta, health PINGs excluded):")
     add("")
@@ -619,6 +655,26 @@ def render(args, results, extras, info, started, command):
             f"(duplicated keys: {up['duplicated_keys']}, max per key {up['max_per_key']}); "
             f"idem outcomes {o}; Redis commands per duplicate (non-winner) "
             f"{per_loser:.3f}")
+    if any(n in med for n in ("fresh_postgres", "replay_postgres", "storm_postgres")):
+        add("")
+        add("PostgreSQL statements per run (pg_stat_statements calls of idem's statements on "
+            "its table; the background purge excluded), and transactions (pg_stat_database):")
+        add("")
+    for name in ("fresh_postgres", "replay_postgres", "storm_postgres"):
+        if name in med:
+            r = med[name]
+            stmts = ", ".join(f"{k} {v:,}" for k, v in sorted(r["pg_statements"].items()))
+            ops = ", ".join(f"{k} {v:,}" for k, v in sorted(r["store_ops"].items()))
+            add(f"- {name}: {r['handled']:,} requests handled; idem store operations: {ops}; "
+                f"statements: {stmts} = {r['pg_per_req']:.3f}/request; transactions "
+                f"{r['pg_xacts']:,} = {r['pg_xacts'] / max(1, r['handled']):.3f}/request; "
+                f"database CPU {r['store_cpu_us_per_req']:.1f} µs/request")
+    if "storm_postgres" in med:
+        s = med["storm_postgres"]
+        up = s["upstream"]
+        add(f"- storm on PostgreSQL: {up['keys']:,} intents executed {up['executions']:,} "
+            f"times upstream (duplicated keys: {up['duplicated_keys']}, max per key "
+            f"{up['max_per_key']}); idem outcomes {s.get('outcomes', {})}")
     add("")
     add("Targets:")
     add("")
@@ -692,6 +748,17 @@ def targets(med, ratio, extras):
                      f"storm duplicates cost no more Redis commands than a replay: "
                      f"{per_loser:.3f} per duplicate, {s['redis_per_req']:.3f} per request "
                      "(winners add their completion)"))
+    if have("fresh_postgres"):
+        c = med["fresh_postgres"]["pg_per_req"]
+        out.append((abs(c - 2) < 0.002, f"exactly 2 statements per fresh intent on PostgreSQL: {c:.3f}"))
+    if have("replay_postgres"):
+        c = med["replay_postgres"]["pg_per_req"]
+        out.append((c <= 1.001, f"≤ 1 statement per replay on PostgreSQL: {c:.3f}"))
+    if have("storm_postgres"):
+        up = med["storm_postgres"]["upstream"]
+        out.append((up["executions"] == up["keys"] and up["duplicated_keys"] == 0,
+                    f"storm on PostgreSQL executions == intents: "
+                    f"{up['executions']:,} == {up['keys']:,}"))
     if "idle_rss_kib" in extras:
         mib = extras["idle_rss_kib"] / 1024
         out.append((mib <= 20, f"idle RSS ≤ 20 MiB: {mib:.1f} MiB"))
@@ -761,6 +828,10 @@ def main():
         procs.append(up)
         wait_port(ctx["upstream_port"])
         ctx["upstream"] = up
+        if any(s[3] == "postgres" for s in scenarios):
+            ctx["postgres"] = Postgres(
+                workdir, free_port(), lambda name, argv: Proc(name, argv, workdir))
+            procs.append(ctx["postgres"].proc)
         if any(s[2] == "nginx" for s in scenarios):
             ctx["nginx"] = Nginx(workdir, ctx["upstream_port"])
             procs.append(ctx["nginx"].proc)
@@ -775,6 +846,9 @@ def main():
                 log(f"  {name:18} {r['rps']:>9,.0f} req/s  p50 {fmt_ms(r['p50_us'])} ms  "
                     f"p99 {fmt_ms(r['p99_us'])} ms"
                     + (f"  redis/req {r['redis_per_req']:.3f}" if "redis_per_req" in r else "")
+                    + (f"  pg stmts/req {r['pg_per_req']:.3f}" if "pg_per_req" in r else "")
+                    + (f"  store cpu {r['store_cpu_us_per_req']:.1f} µs/req"
+                       if "store_cpu_us_per_req" in r else "")
                     + f"  cpu {r['cpu_us_per_req']:.1f} µs/req")
         if not only:
             extras["idle_rss_kib"] = idle_rss(args, ctx)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run idem's whole test suite. The tests start their own redis-server processes on free
-# loopback ports (never a shared instance), so the binary must be installed.
+# Run idem's whole test suite. The tests start their own redis-server and PostgreSQL
+# processes on free loopback ports (never a shared instance), so the binaries must be
+# installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,16 @@ if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v psql >/dev/null 2>&1; then
+  echo "PostgreSQL not found: installing Debian's postgresql (the tests start their own instances)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  # The server binaries only: no cluster of its own listening on 5432.
+  $SUDO mkdir -p /etc/postgresql-common
+  echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.conf >/dev/null
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql postgresql-client >/dev/null
 fi
 
 # The MCP tests (tests/mcp.rs) run the official MCP SDKs as real peers; the test

@@ -56,7 +56,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             addr: config.admin.listen,
             source,
         })?;
-    let shared = SharedStore::start(&config.store)?;
+    let shared = SharedStore::start(&config.store, config.server.worker_count())?;
     let (stop, stopped) = watch::channel(false);
     let workers::Started {
         control,

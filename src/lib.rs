@@ -7,8 +7,9 @@
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
 //! - [`mcp`]: MCP messages (which `tools/call` is protected, final responses in event
 //!   streams, replays under the new id, `tools/list` amendments); glue in `proxy/mcp.rs`.
-//! - [`store`]: the idempotency store (memory, Redis) behind one narrow interface;
-//!   [`store::SharedStore`] is the handle every worker clones.
+//! - [`store`]: the idempotency store (memory; Redis standalone, Cluster or Sentinel;
+//!   PostgreSQL) behind one narrow interface; [`store::SharedStore`] is the handle every
+//!   worker clones.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom; the duplicate's
 //!   decision is one pure function in `proxy/decide.rs`; `proxy/outbound.rs` streams the
 //!   answer and holds only its end; `proxy/control.rs` is the reload side.

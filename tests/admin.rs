@@ -29,7 +29,7 @@ fn metric(text: &str, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics_after_known_traffic() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let idem = env.idem(ROUTES).await;
     assert_eq!(
         send("GET", &admin_url(&idem, "/healthz"), &[], "")
@@ -88,7 +88,7 @@ async fn health_readiness_and_metrics_after_known_traffic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_admin_shows_and_releases_records() {
-    for backend in [Backend::Memory, Backend::Redis] {
+    for backend in [Backend::memory(), Backend::redis(), Backend::postgres()] {
         let env = Env::new(backend).await;
         let idem = env.idem(ROUTES).await;
         post(&url(&idem, "/invoices/k1/charge"), &[], "{}").await;
@@ -174,7 +174,7 @@ async fn key_admin_shows_and_releases_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_token_guards_key_admin_and_the_cli_uses_it() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env
         .idem(&format!("admin:\n  token: s3cret\n{ROUTES}"))
         .await;

@@ -1,7 +1,8 @@
-//! Proxy crash (issue 3): what `tests/owners.rs` does not cover yet. An owner killed
-//! (SIGKILL) mid-request while its lease was being renewed: the reservation expires
-//! within one `lease` of the last renewal, never before; then a burst of concurrent
-//! retries through two other replicas forwards exactly one, with the same upstream key.
+//! An owner lost mid-request, across real processes: killed (SIGKILL) or frozen
+//! (SIGSTOP) past its lease. The reservation expires within one `lease` of the last
+//! renewal, never before; then exactly one retry is forwarded, with the same upstream
+//! key, however many race for it; a frozen owner's late completion is refused and
+//! counted; a restarted idem needs no clean-up.
 
 mod support;
 
@@ -9,85 +10,232 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
-use support::harness::{post, send, try_send, IdemProcess};
+use support::harness::{metric_sum, post, send, try_send, IdemProcess};
+use support::poll::eventually;
+use support::redis::RedisServer;
 
-fn yaml(env: &Env) -> String {
+fn yaml(env: &Env, lease: &str) -> String {
     format!(
-        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 1200ms\n",
+        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n",
         env.base_yaml("10s")
     )
 }
 
+/// Starts a call through `p` that the upstream holds for `delay_ms`, and returns once
+/// the upstream has it (the owner holds the reservation).
+async fn start_call(env: &Env, p: &IdemProcess, id: &str, delay_ms: &str) {
+    let u = p.url(&format!("/invoices/{id}/charge"));
+    let delay = delay_ms.to_owned();
+    tokio::spawn(async move { try_send("POST", &u, &[("x-mock-delay-ms", &delay)], "{}").await });
+    let key = format!("charge:{id}");
+    eventually(
+        Duration::from_secs(5),
+        "the call reached the upstream",
+        async || env.upstream.executions(&key) == 1,
+    )
+    .await;
+}
+
+async fn metric(p: &IdemProcess, name: &str) -> f64 {
+    metric_sum(
+        &send("GET", &p.admin_url("/metrics"), &[], "").await.text(),
+        name,
+    )
+}
+
+shared_stores!(frozen_owner_cannot_overwrite_its_successor);
+
+async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
+    let env = Env::new(backend).await;
+    let a = IdemProcess::spawn(&yaml(&env, "1s")).await;
+    let b = IdemProcess::spawn(&yaml(&env, "1s")).await;
+    let u_a = a.url("/invoices/inv_f/charge");
+    let first =
+        tokio::spawn(
+            async move { try_send("POST", &u_a, &[("x-mock-delay-ms", "1500")], "{}").await },
+        );
+    eventually(
+        Duration::from_secs(5),
+        "the call reached the upstream",
+        async || env.upstream.executions("charge:inv_f") == 1,
+    )
+    .await;
+    a.signal("STOP");
+    // A cannot renew, so the reservation expires and B takes the key over.
+    let u_b = b.url("/invoices/inv_f/charge");
+    let successor = eventually(Duration::from_secs(4), "B took over", async || {
+        let r = post(&u_b, &[], "{}").await;
+        (r.status != 409).then_some(r)
+    })
+    .await;
+    assert_eq!(successor.status, 201, "{}", successor.text());
+    assert!(!successor.replayed());
+    assert_eq!(
+        env.upstream.executions("charge:inv_f"),
+        2,
+        "same upstream key both times"
+    );
+    a.signal("CONT");
+    let _ = first.await;
+    eventually(
+        Duration::from_secs(3),
+        "the stale completion counted",
+        async || metric(&a, "idem_stale_completions_total").await == 1.0,
+    )
+    .await;
+    // The successor's record stands.
+    let again = post(&u_b, &[], "{}").await;
+    assert!(again.replayed());
+    assert_eq!(again.body, successor.body);
+}
+
+/// The time left on the one reservation in `redis`, as Redis counts it (`PTTL`), and
+/// the instant it was asked for: the lease ends no earlier than that instant plus it.
+fn lease_left(redis: &RedisServer) -> (Instant, Duration) {
+    let keys = redis.command(&["KEYS", "idem:*"]);
+    let key = keys
+        .lines()
+        .find(|l| l.starts_with("idem:"))
+        .unwrap_or_else(|| panic!("no reservation in Redis: {keys:?}"));
+    let asked = Instant::now();
+    let pttl = redis.command(&["PTTL", key]);
+    let ms: i64 = pttl.trim().trim_start_matches(':').parse().expect("PTTL");
+    assert!(ms > 0, "no lease left: {pttl:?}");
+    (asked, Duration::from_millis(ms as u64))
+}
+
+/// SIGKILL while the lease was being renewed (every lease/3 = 400 ms). The reservation
+/// expires one lease after the last renewal, never before: every repeat until then is
+/// refused (409 with `Retry-After`) and the upstream sees nothing. Then one retry is
+/// forwarded; a burst of duplicates through two replicas *while it runs* is refused, and
+/// afterwards everything replays it. A restarted idem replays it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_owner_then_a_burst_of_retries_forwards_exactly_one() {
-    let env = Env::new(Backend::Redis).await;
-    let mut a = IdemProcess::spawn(&yaml(&env)).await;
-    let b = IdemProcess::spawn(&yaml(&env)).await;
-    let c = IdemProcess::spawn(&yaml(&env)).await;
-    let u_a = a.url("/invoices/crash/charge");
-    tokio::spawn(async move { try_send("POST", &u_a, &[("x-mock-delay-ms", "8000")], "{}").await });
-    // Past two renewals (every lease/3 = 400 ms), so the lease is not the first one.
+    const LEASE: Duration = Duration::from_millis(1200);
+    let env = Env::new(Backend::redis()).await;
+    let lease = yaml(&env, "1200ms");
+    let mut a = IdemProcess::spawn(&lease).await;
+    let b = IdemProcess::spawn(&lease).await;
+    let c = IdemProcess::spawn(&lease).await;
+    start_call(&env, &a, "crash", "8000").await;
+    // Past two renewals, so the lease is not the first one.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let record = send("GET", &b.admin_url("/v1/keys/charge/charge:crash"), &[], "").await;
     assert_eq!(record.json()["state"], "in_progress");
     a.kill();
     let killed = Instant::now();
+    let (asked, left) = lease_left(env.backend.redis_server());
+    let lease_end = asked + left;
+    // Renewed within the last lease/3 (plus slack for a loaded machine): without
+    // renewals only ~200 ms of the first lease would be left.
+    assert!(
+        left <= LEASE && left >= LEASE - LEASE / 3 - Duration::from_millis(150),
+        "{left:?} of the lease left at the kill: renewals are off"
+    );
 
-    // Until the lease ends, every repeat is refused: 409 with a Retry-After.
+    // Repeats until the lease ends; the one forwarded runs 500 ms upstream. Meanwhile,
+    // as soon as the upstream has it, a burst of duplicates through two replicas.
     let u_b = b.url("/invoices/crash/charge");
     let u_c = c.url("/invoices/crash/charge");
-    let mut refused = 0;
-    let freed = loop {
-        let r = post(&u_b, &[], "{}").await;
-        if r.status != 409 {
-            assert_eq!(r.status, 201, "{}", r.text());
-            // That one was forwarded: now the burst, which must all be answered by
-            // replays of it, or 409 while it runs — never a second execution.
-            break killed.elapsed();
-        }
-        assert!(r.header("retry-after").is_some());
-        refused += 1;
-        assert!(
-            killed.elapsed() < Duration::from_secs(3),
-            "the lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let retry = async {
+        let mut refused = 0;
+        let r = eventually(Duration::from_secs(3), "the lease expired", async || {
+            let r = post(&u_b, &[("x-mock-delay-ms", "500")], "{}").await;
+            if r.status == 409 {
+                assert!(r.header("retry-after").is_some());
+                refused += 1;
+            }
+            (r.status != 409).then_some(r)
+        })
+        .await;
+        (r, refused, Instant::now())
     };
+    let burst = async {
+        eventually(Duration::from_secs(3), "the retry forwarded", async || {
+            env.upstream.executions("charge:crash") == 2
+        })
+        .await;
+        let sent = Instant::now();
+        let burst = (0..20).map(|i| {
+            let u = if i % 2 == 0 { &u_b } else { &u_c };
+            async move { (post(u, &[], "{}").await, Instant::now()) }
+        });
+        (join_all(burst).await, sent)
+    };
+    let ((retried, refused, retry_answered), (burst, burst_sent)) = tokio::join!(retry, burst);
+    let retried_at = env.upstream.received()[1].at;
+    let freed = retried_at - killed;
+    // Idem compares the record's own expiry, written a moment before Redis's TTL was set.
+    assert!(
+        retried_at + Duration::from_millis(50) >= lease_end,
+        "executed {:?} before the lease ended",
+        lease_end - retried_at
+    );
+    assert!(
+        retried_at <= lease_end + Duration::from_millis(300),
+        "the key stayed held {:?} after its lease",
+        retried_at - lease_end
+    );
+    assert_eq!(retried.status, 201, "{}", retried.text());
+    assert!(!retried.replayed());
+    // The upstream answers the retry 500 ms after it arrived, and not sooner: what was
+    // answered before then was answered while the retry ran.
+    let upstream_answered = retried_at + Duration::from_millis(500);
+    assert!(
+        burst_sent < upstream_answered && burst_sent < retry_answered,
+        "the burst came after the retry ended"
+    );
+    for (r, at) in &burst {
+        if *at < upstream_answered {
+            assert_eq!(r.status, 409, "during the retry: {}", r.text());
+            assert_eq!(r.code(), "request_in_progress");
+        } else if r.status != 409 {
+            assert!(r.replayed(), "{} {}", r.status, r.text());
+            assert_eq!(r.body, retried.body);
+        }
+    }
     assert!(
         refused >= 3,
         "repeats were refused while the lease held ({refused})"
     );
-    assert!(
-        freed <= Duration::from_millis(1200 + 300),
-        "freed {freed:?} after the kill"
-    );
-    let burst = (0..20).map(|i| {
-        let u = if i % 2 == 0 { u_b.clone() } else { u_c.clone() };
-        async move { post(&u, &[], "{}").await }
-    });
-    let results = join_all(burst).await;
-    for r in &results {
-        assert!(r.replayed(), "{} {}", r.status, r.text());
+    for u in [&u_b, &u_c] {
+        let r = post(u, &[], "{}").await;
+        assert!(r.replayed());
+        assert_eq!(r.body, retried.body);
     }
     assert_eq!(
         env.upstream.executions("charge:crash"),
         2,
         "the killed call and exactly one retry, both with the same upstream key"
     );
-    println!("MEASURED crash: key free {freed:?} after SIGKILL (lease 1.2 s, {refused} repeats refused meanwhile)");
+    let restarted = IdemProcess::spawn(&lease).await;
+    assert!(
+        post(&restarted.url("/invoices/crash/charge"), &[], "{}")
+            .await
+            .replayed(),
+        "a restarted idem needs no clean-up"
+    );
+    let during = burst
+        .iter()
+        .filter(|(_, at)| *at < upstream_answered)
+        .count();
+    println!(
+        "MEASURED crash: {left:?} of the 1.2 s lease left at SIGKILL; retry forwarded {freed:?} after the kill, {:?} after the lease end; {refused} repeats refused before, {during} of 20 duplicates refused while it ran",
+        retried_at.saturating_duration_since(lease_end)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_retries_after_the_lease_race_for_one_reservation() {
-    let env = Env::new(Backend::Redis).await;
-    let mut a = IdemProcess::spawn(&yaml(&env)).await;
-    let b = IdemProcess::spawn(&yaml(&env)).await;
-    let c = IdemProcess::spawn(&yaml(&env)).await;
-    let u_a = a.url("/invoices/race/charge");
-    tokio::spawn(async move { try_send("POST", &u_a, &[("x-mock-delay-ms", "8000")], "{}").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let env = Env::new(Backend::redis()).await;
+    let lease = yaml(&env, "1200ms");
+    let mut a = IdemProcess::spawn(&lease).await;
+    let b = IdemProcess::spawn(&lease).await;
+    let c = IdemProcess::spawn(&lease).await;
+    start_call(&env, &a, "race", "8000").await;
     a.kill();
-    // Wait out the lease, then 20 retries at once through two replicas.
+    // Wait out the lease (one lease after the last renewal), then 20 retries at once
+    // through two replicas.
     tokio::time::sleep(Duration::from_millis(1400)).await;
     let (u_b, u_c) = (
         b.url("/invoices/race/charge"),

@@ -1,7 +1,7 @@
 //! Graceful shutdown of the real binary (issue 3, SPEC §6 "Signals"): SIGTERM/SIGINT
 //! stop accepting, let in-flight calls finish and record within `shutdown_grace`, and
 //! exit 0; a call still running at the deadline keeps its lease, which expires, so the
-//! key stays safe. (`tests/owners.rs` has the basic SIGTERM drain.)
+//! key stays safe.
 
 mod support;
 
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use support::env::{Backend, Env};
 use support::harness::{post, send, try_send, IdemProcess};
+use support::poll::{eventually, eventually_blocking};
 
 fn yaml(env: &Env, grace: &str, lease: &str) -> String {
     format!(
@@ -22,39 +23,66 @@ fn yaml(env: &Env, grace: &str, lease: &str) -> String {
 /// Waits (bounded) for the process to exit; returns its status and when it exited.
 async fn exit_of(mut p: IdemProcess, within: Duration) -> (std::process::ExitStatus, Instant) {
     tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = p.child.try_wait().unwrap() {
-                return (status, Instant::now());
-            }
-            assert!(
-                started.elapsed() < within,
-                "idem did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let status = eventually_blocking(within, "idem exited", || p.child.try_wait().unwrap());
+        (status, Instant::now())
     })
     .await
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigint_drains_like_sigterm() {
-    let env = Env::new(Backend::Redis).await;
+/// Starts a call through `p` that the upstream holds for `delay_ms`, and returns once
+/// the upstream has it (so a signal sent next finds it in flight).
+async fn in_flight(
+    env: &Env,
+    p: &IdemProcess,
+    id: &str,
+    delay_ms: &str,
+) -> tokio::task::JoinHandle<Result<support::harness::Resp, String>> {
+    let u = p.url(&format!("/invoices/{id}/charge"));
+    let delay = delay_ms.to_owned();
+    let call =
+        tokio::spawn(
+            async move { try_send("POST", &u, &[("x-mock-delay-ms", &delay)], "{}").await },
+        );
+    let key = format!("charge:{id}");
+    eventually(
+        Duration::from_secs(5),
+        "the call reached the upstream",
+        async || env.upstream.executions(&key) == 1,
+    )
+    .await;
+    call
+}
+
+/// SIGTERM (what Kubernetes sends) or SIGINT with a call in flight: it finishes, is
+/// recorded, and idem exits 0; another idem replays it.
+async fn drains_the_call_in_flight_and_records_it(signal: &str) {
+    let env = Env::new(Backend::redis()).await;
     let a = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
-    let u = a.url("/invoices/int/charge");
-    let inflight = tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "700")], "{}").await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    a.signal("INT");
-    let r = inflight.await.unwrap();
+    let inflight = in_flight(&env, &a, "sig", "700").await;
+    a.signal(signal);
+    let r = inflight
+        .await
+        .unwrap()
+        .expect("the in-flight call was answered");
     assert_eq!(r.status, 201, "the in-flight call finished: {}", r.text());
     let (status, _) = exit_of(a, Duration::from_secs(5)).await;
     assert!(status.success(), "exit 0 after draining: {status:?}");
     let b = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
-    let again = post(&b.url("/invoices/int/charge"), &[], "{}").await;
+    let again = post(&b.url("/invoices/sig/charge"), &[], "{}").await;
     assert!(again.replayed(), "the outcome was recorded before exit");
     assert_eq!(again.body, r.body);
-    assert_eq!(env.upstream.executions("charge:int"), 1);
+    assert_eq!(env.upstream.executions("charge:sig"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_call_in_flight_and_records_it() {
+    drains_the_call_in_flight_and_records_it("TERM").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_drains_the_call_in_flight_and_records_it() {
+    drains_the_call_in_flight_and_records_it("INT").await
 }
 
 /// While draining: new connections are refused, an idle keep-alive connection is
@@ -62,7 +90,7 @@ async fn sigint_drains_like_sigterm() {
 /// in-flight call still completes and is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_stops_accepting_and_reports_unready() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let a = IdemProcess::spawn(&yaml(&env, "5s", "5s")).await;
     // An idle keep-alive connection, opened before the signal.
     let mut idle = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
@@ -77,25 +105,15 @@ async fn draining_stops_accepting_and_reports_unready() {
         String::from_utf8_lossy(&buf[..n])
     );
 
-    let u = a.url("/invoices/drain/charge");
-    let inflight =
-        tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "3000")], "{}").await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let inflight = in_flight(&env, &a, "drain", "3000").await;
     a.signal("TERM");
     // Unready, and still observable, while draining.
-    let signalled = Instant::now();
-    let ready = loop {
+    let ready = eventually(Duration::from_secs(2), "unready", async || {
         let ready = try_send("GET", &a.admin_url("/readyz"), &[], "").await;
         let ready = ready.expect("the admin listener answers while draining");
-        if ready.status == 503 {
-            break ready;
-        }
-        assert!(
-            signalled.elapsed() < Duration::from_secs(2),
-            "never unready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (ready.status == 503).then_some(ready)
+    })
+    .await;
     assert!(ready.text().contains("draining"), "{}", ready.text());
     let metrics = send("GET", &a.admin_url("/metrics"), &[], "").await.text();
     assert!(metrics.lines().any(|l| l == "idem_inflight 1"), "{metrics}");
@@ -120,7 +138,10 @@ async fn draining_stops_accepting_and_reports_unready() {
         "idle connection kept open"
     );
 
-    let r = inflight.await.unwrap();
+    let r = inflight
+        .await
+        .unwrap()
+        .expect("the in-flight call was answered");
     assert_eq!(r.status, 201, "the in-flight call finished: {}", r.text());
     let (status, _) = exit_of(a, Duration::from_secs(5)).await;
     assert!(status.success(), "{status:?}");
@@ -136,19 +157,10 @@ async fn draining_stops_accepting_and_reports_unready() {
 /// is forwarded, with the same upstream key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_past_the_grace_keeps_its_lease() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let a = IdemProcess::spawn(&yaml(&env, "500ms", "1500ms")).await;
-    let u = a.url("/invoices/late/charge");
-    let inflight =
-        tokio::spawn(
-            async move { try_send("POST", &u, &[("x-mock-delay-ms", "5000")], "{}").await },
-        );
     // The call is running upstream (not merely sent) before the drain starts.
-    let asked = Instant::now();
-    while env.upstream.executions("charge:late") == 0 {
-        assert!(asked.elapsed() < Duration::from_secs(5), "never forwarded");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let inflight = in_flight(&env, &a, "late", "5000").await;
     let signalled = Instant::now();
     a.signal("TERM");
     let (status, exited) = exit_of(a, Duration::from_secs(5)).await;
@@ -179,18 +191,11 @@ async fn call_past_the_grace_keeps_its_lease() {
         409,
         "held while the lease lasts"
     );
-    let started = Instant::now();
-    let retried = loop {
+    let retried = eventually(Duration::from_secs(3), "the lease expired", async || {
         let r = post(&u, &[], "{}").await;
-        if r.status != 409 {
-            break r;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "the lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        (r.status != 409).then_some(r)
+    })
+    .await;
     assert_eq!(retried.status, 201, "{}", retried.text());
     assert!(!retried.replayed());
     assert_eq!(
@@ -206,16 +211,24 @@ async fn call_past_the_grace_keeps_its_lease() {
 /// hold it up to the grace).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_drain_is_immediate() {
-    let env = Env::new(Backend::Redis).await;
+    let env = Env::new(Backend::redis()).await;
     let a = IdemProcess::spawn(&yaml(&env, "10s", "5s")).await;
     let mut idle = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
     idle.write_all(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n")
         .unwrap();
     let mut buf = [0u8; 1024];
     let _ = idle.read(&mut buf).unwrap();
-    // And a connection that sent nothing at all.
+    // And a connection that sent nothing at all, accepted before the signal.
     let _silent = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually(
+        Duration::from_secs(2),
+        "both connections counted",
+        async || {
+            let metrics = send("GET", &a.admin_url("/metrics"), &[], "").await.text();
+            support::harness::metric_sum(&metrics, "idem_connections") == 2.0
+        },
+    )
+    .await;
     let signalled = Instant::now();
     a.signal("TERM");
     let (status, exited) = exit_of(a, Duration::from_secs(12)).await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
 use support::harness::{assert_all_got_the_one_result, post, url};
+use support::poll::eventually;
 
 const CHARGE: &str = r#"
 routes:
@@ -114,7 +115,12 @@ async fn wait_times_out_with_409(b: Backend) {
     let u = url(&idem, "/invoices/inv_wt/charge");
     let slow = post(&u, &[("x-mock-delay-ms", "1000")], "{}");
     let dup = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        eventually(
+            Duration::from_secs(3),
+            "the first call forwarded",
+            async || env.upstream.executions("charge:inv_wt") == 1,
+        )
+        .await;
         post(&u, &[("x-mock-delay-ms", "1000")], "{}").await
     };
     let (first, second) = tokio::join!(slow, dup);
@@ -221,9 +227,19 @@ async fn ambiguous_timeout_holds_the_key_until_the_lease_ends(b: Backend) {
         r.status, 409,
         "held: no second execution while the outcome is unknown"
     );
-    tokio::time::sleep(Duration::from_millis(1700)).await;
-    let r = post(&u, &[], "{}").await;
+    let held = std::time::Instant::now();
+    let r = eventually(Duration::from_secs(3), "the lease ended", async || {
+        let r = post(&u, &[], "{}").await;
+        (r.status != 409).then_some(r)
+    })
+    .await;
     assert_eq!(r.status, 201, "after the lease a retry is forwarded");
+    // The 504 came 300 ms into the 1500 ms lease.
+    assert!(
+        held.elapsed() >= Duration::from_millis(900),
+        "freed {:?} early",
+        held.elapsed()
+    );
     assert_eq!(
         env.upstream.executions("charge:inv_t"),
         2,
@@ -268,19 +284,30 @@ async fn client_that_gives_up_gets_the_replay_on_retry(b: Backend) {
     let env = Env::new(b).await;
     let idem = env.idem(CHARGE).await;
     let u = url(&idem, "/invoices/inv_gone/charge");
-    let gave_up = tokio::time::timeout(
-        Duration::from_millis(100),
-        post(&u, &[("x-mock-delay-ms", "500")], "{}"),
+    let first = {
+        let u = u.clone();
+        tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "500")], "{}").await })
+    };
+    // The client gives up once the upstream is working on its call.
+    eventually(
+        Duration::from_secs(3),
+        "the call reached the upstream",
+        async || env.upstream.executions("charge:inv_gone") == 1,
     )
     .await;
-    assert!(gave_up.is_err(), "the client timed out");
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let r = post(&u, &[("x-mock-delay-ms", "500")], "{}").await;
-    assert_eq!(r.status, 201);
+    first.abort();
     assert!(
-        r.replayed(),
-        "the upstream call ran to completion and was recorded"
+        first.await.unwrap_err().is_cancelled(),
+        "the client gave up"
     );
+    // Repeats are refused while the call runs, then replay what it recorded.
+    let r = eventually(Duration::from_secs(3), "the call recorded", async || {
+        let r = post(&u, &[("x-mock-delay-ms", "500")], "{}").await;
+        assert!(r.replayed() || r.status == 409, "{} {}", r.status, r.text());
+        r.replayed().then_some(r)
+    })
+    .await;
+    assert_eq!(r.status, 201);
     assert_eq!(env.upstream.executions("charge:inv_gone"), 1);
 }
 

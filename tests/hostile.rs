@@ -7,33 +7,16 @@ mod support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::app::Running;
-use support::harness::{self, post, url};
+use support::harness::{self, admin_url, metric_sum, post, send, url};
+use support::panics;
+use support::poll::eventually;
 use support::upstream::MockUpstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-// === panic watch ===
-
-/// Panics on idem's runtime threads (tokio catches a panicking connection task, so a
-/// panic would otherwise only show as a dropped connection).
-static SERVER_PANICS: AtomicUsize = AtomicUsize::new(0);
-
-fn watch_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current().name() == Some("tokio-runtime-worker") {
-                SERVER_PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            default(info);
-        }));
-    });
-}
 
 // === setup ===
 
@@ -55,8 +38,11 @@ routes:
     max_key_length: 64
 "#;
 
+/// idem in-process, with every panic in the process recorded: tokio catches a panicking
+/// connection task on idem's worker threads, so a panic would otherwise only show as a
+/// dropped connection.
 async fn start(upstream: &MockUpstream, server: &str) -> Running {
-    watch_panics();
+    panics::watch();
     let yaml = format!(
         "{server}upstream:\n  url: {}\n  timeout: 2s\n  connect_timeout: 500ms\nstore:\n  backend: memory\n{ROUTES}",
         upstream.url()
@@ -279,7 +265,7 @@ async fn malformed_and_oversized_requests_get_defined_4xx() {
         "normal traffic failed meanwhile: {failures:?}"
     );
     assert!(served >= 5, "normal traffic served: {served}");
-    assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
+    panics::assert_none();
 }
 
 /// A request smuggling attempt (`Content-Length` and `Transfer-Encoding` together, or a
@@ -320,7 +306,7 @@ async fn smuggling_attempts_reach_the_upstream_as_parsed() {
         got2.status,
         received.iter().map(|r| r.path.clone()).collect::<Vec<_>>()
     );
-    assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
+    panics::assert_none();
 }
 
 /// A body that never completes: a truncated body is answered 400 once the body read
@@ -362,7 +348,7 @@ async fn truncated_bodies_execute_nothing() {
         assert_eq!(r.status, 201, "{id}: no reservation was left behind");
         assert!(!r.replayed());
     }
-    assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
+    panics::assert_none();
 }
 
 /// Slow clients: 1500 connections trickling their headers a byte at a time and 300
@@ -372,6 +358,14 @@ async fn truncated_bodies_execute_nothing() {
 async fn slow_clients_are_cut_off_while_others_are_served() {
     const TRICKLING: usize = 1500;
     const SILENT: usize = 300;
+    // Both ends of every connection live in this process: ~3600 sockets, more than a
+    // common default limit of 1024 open files.
+    let limit = rlimit::increase_nofile_limit(16_384).expect("raise RLIMIT_NOFILE");
+    assert!(
+        limit >= 2 * (TRICKLING + SILENT) as u64 + 500,
+        "RLIMIT_NOFILE is {limit} and its hard limit is too low for this test: raise it \
+         (ulimit -Hn)"
+    );
     let upstream = MockUpstream::start().await;
     let idem = start(
         &upstream,
@@ -388,13 +382,12 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
         // but could not queue is accepted only when the client's retransmission gets
         // through, seconds later — a property of the kernel, not of idem.
         if i % 100 == 0 {
-            while connected.load(Ordering::SeqCst) < i {
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "could not connect the slow clients"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            eventually(
+                Duration::from_secs(10),
+                "slow clients connected",
+                async || connected.load(Ordering::SeqCst) >= i,
+            )
+            .await;
         }
         let trickle = i < TRICKLING;
         let connected = connected.clone();
@@ -431,13 +424,12 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
     }
     // Once they are all connected: normal requests while the slow clients hold their
     // connections.
-    while connected.load(Ordering::SeqCst) < TRICKLING + SILENT {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "could not connect the slow clients"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "slow clients connected",
+        async || connected.load(Ordering::SeqCst) >= TRICKLING + SILENT,
+    )
+    .await;
     let all_connected = started.elapsed();
     let mut latencies = Vec::new();
     for n in 0..20 {
@@ -481,7 +473,7 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
         "normal requests starved: {latencies:?}"
     );
     assert_eq!(upstream.executions("charge:slow"), 0);
-    assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
+    panics::assert_none();
 }
 
 /// `max_connections`: slow clients holding every slot cannot keep the proxy busy for
@@ -501,7 +493,12 @@ async fn connection_limit_holds_and_recovers() {
     for _ in 0..LIMIT {
         silent.push(TcpStream::connect(idem.addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let metrics = admin_url(&idem, "/metrics");
+    eventually(Duration::from_secs(2), "every slot taken", async || {
+        let text = send("GET", &metrics, &[], "").await.text();
+        metric_sum(&text, "idem_connections") == LIMIT as f64
+    })
+    .await;
     let t = Instant::now();
     let r = tokio::time::timeout(
         Duration::from_secs(5),
@@ -539,5 +536,25 @@ async fn connection_limit_holds_and_recovers() {
     );
     assert!(closed, "an idle keep-alive connection was never closed");
     drop(silent);
-    assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "idem panicked");
+    panics::assert_none();
+}
+
+/// The panic watch sees a panic on any thread, such as idem's data-plane threads
+/// (`idem-worker-N`), which the watch once missed by counting only tokio's.
+#[test]
+fn the_panic_watch_sees_every_thread() {
+    panics::watch();
+    let panicked = std::thread::Builder::new()
+        .name("idem-worker-self-test".into())
+        .spawn(|| panic!("{}", panics::SELF_TEST))
+        .unwrap()
+        .join();
+    assert!(panicked.is_err());
+    let recorded = panics::recorded();
+    assert!(
+        recorded
+            .iter()
+            .any(|p| p.contains("'idem-worker-self-test'") && p.contains(panics::SELF_TEST)),
+        "{recorded:?}"
+    );
 }

@@ -32,7 +32,7 @@ routes:
 "#;
 
 async fn env() -> (Env, idem::app::Running) {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(ROUTES).await;
     (env, idem)
 }
@@ -193,7 +193,7 @@ async fn read_only_and_unmatched_requests_pass_through() {
 
 #[tokio::test]
 async fn default_reject_answers_404_for_unmatched() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(&format!("default: reject\n{ROUTES}")).await;
     let r = post(&url(&idem, "/elsewhere"), &[], "{}").await;
     assert_eq!((r.status, r.code().as_str()), (404, "no_route"));
@@ -218,7 +218,7 @@ async fn hop_by_hop_headers_are_dropped_and_forwarding_is_appended() {
 
 #[tokio::test]
 async fn fingerprint_can_be_limited_to_some_body_fields() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let routes = r#"
 routes:
   - name: charge

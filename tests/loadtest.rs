@@ -57,12 +57,12 @@ async fn duplicates_through_idem_run_once(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_duplicates_run_once() {
-    duplicates_through_idem_run_once(Backend::Memory).await;
+    duplicates_through_idem_run_once(Backend::memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_duplicates_run_once() {
-    duplicates_through_idem_run_once(Backend::Redis).await;
+    duplicates_through_idem_run_once(Backend::redis()).await;
 }
 
 /// Without idem, duplicates execute: both detectors must say so.
@@ -84,7 +84,7 @@ async fn straight_to_the_upstream_double_execution_is_detected() {
 /// Same as above, through the binary: the exit status is what scripts rely on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_exit_status_fails_on_double_execution_and_passes_through_idem() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(BY_HEADER).await;
     let upstream_check = check_url(&env.upstream);
     let run = |target: String| {
@@ -123,7 +123,7 @@ async fn binary_exit_status_fails_on_double_execution_and_passes_through_idem() 
 /// `on_concurrent: wait`: duplicates wait for the first call and get its replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_duplicates_all_get_the_result() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env
         .idem(&format!(
             "{BY_HEADER}    on_concurrent: wait\n    wait_timeout: 5s\n"
@@ -142,7 +142,7 @@ async fn waiting_duplicates_all_get_the_result() {
 /// the check URL is written with `{i}`; no key header is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_templates_and_check_url_placeholders() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env
         .idem(
             r#"
@@ -178,7 +178,7 @@ routes:
 /// count URL that does not answer JSON is reported as unreadable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_unreadable_counts_fail_the_run() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(BY_HEADER).await;
     let mut a = args(format!("http://{}", idem.addr), 10, 1, 4);
     a.headers = vec!["x-mock-status: 503".into()];
@@ -200,7 +200,7 @@ async fn errors_and_unreadable_counts_fail_the_run() {
 /// `--duration-limit` stops the dispatch by itself and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duration_limit_stops_the_run() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(BY_HEADER).await;
     let mut a = args(format!("http://{}", idem.addr), 1_000_000, 1, 4);
     a.headers = vec!["x-mock-delay-ms: 50".into()];

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use support::env::{Backend, Env};
 use support::harness::{post, send, IdemProcess};
+use support::poll::eventually;
 
 fn idem(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -39,31 +40,11 @@ fn check_prints_the_route_table_or_every_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
-    let env = Env::new(Backend::Memory).await;
-    let port = support::harness::free_port();
-    let admin = support::harness::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["serve", "--upstream", &env.upstream.url(), "--workers", "3"])
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .spawn()
-        .unwrap();
-    let u = format!("http://127.0.0.1:{port}/anything/at/all");
-    let mut first = None;
-    for _ in 0..100 {
-        if let Ok(r) =
-            support::harness::try_send("POST", &u, &[("idempotency-key", "d1")], "{}").await
-        {
-            first = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(first.expect("idem came up").status, 201);
+    let env = Env::new(Backend::memory()).await;
+    let idem = IdemProcess::serve(&["--upstream", &env.upstream.url(), "--workers", "3"]).await;
+    let u = idem.url("/anything/at/all");
+    let first = post(&u, &[("idempotency-key", "d1")], "{}").await;
+    assert_eq!(first.status, 201);
     assert!(post(&u, &[("idempotency-key", "d1")], "{}")
         .await
         .replayed());
@@ -73,8 +54,6 @@ async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
     );
     assert!(!post(&u, &[], "{}").await.replayed());
     assert_eq!(env.upstream.total_executions(), 3);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
@@ -110,17 +89,24 @@ async fn generation(p: &IdemProcess) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let p = IdemProcess::spawn_with(&routes(&env, ""), &[], "info", &[]).await;
     let u = p.url("/invoices/r1/charge");
     let inflight = tokio::spawn(async move { post(&u, &[("x-mock-delay-ms", "800")], "{}").await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually(
+        Duration::from_secs(5),
+        "the call reached the upstream",
+        async || env.upstream.executions("charge:r1") == 1,
+    )
+    .await;
 
     let email = "  - name: email\n    path: /emails\n    key: \"{header.x-task-id}\"\n";
     p.rewrite_config(&routes(&env, email));
     p.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(generation(&p).await, 2);
+    eventually(Duration::from_secs(3), "reloaded", async || {
+        generation(&p).await == 2
+    })
+    .await;
     let e = p.url("/emails");
     post(&e, &[("x-task-id", "t1")], "{}").await;
     assert!(
@@ -138,17 +124,19 @@ async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
         "upstream:\n  url: http://127.0.0.1:1\nroutes:\n  - name: broken\n    path: /x\n",
     );
     p.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(Duration::from_secs(3), "the reload refused", async || {
+        p.logs().contains("reload refused")
+    })
+    .await;
     assert_eq!(generation(&p).await, 2);
     assert!(post(&e, &[("x-task-id", "t1")], "{}").await.replayed());
     let logs = p.logs();
-    assert!(logs.contains("reload refused"), "{logs}");
     assert!(logs.contains("routes[0].key"), "{logs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_log_lines_carry_the_key_hash_never_the_key_or_credentials() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let p =
         IdemProcess::spawn_with(&routes(&env, ""), &["--log-format", "json"], "info", &[]).await;
     let u = p.url("/invoices/inv_secret/charge");
@@ -158,8 +146,16 @@ async fn json_log_lines_carry_the_key_hash_never_the_key_or_credentials() {
     ];
     post(&u, &auth, "{}").await;
     post(&u, &auth, "{}").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let logs = p.logs();
+    // Log lines are written after the response; wait for both.
+    let logs = eventually(
+        Duration::from_secs(3),
+        "two request log lines",
+        async || {
+            let logs = p.logs();
+            (logs.matches("\"target\":\"idem::request\"").count() >= 2).then_some(logs)
+        },
+    )
+    .await;
     assert!(!logs.contains("inv_secret"), "raw key leaked:\n{logs}");
     assert!(!logs.contains("s3cret-token"), "credential leaked:\n{logs}");
     let lines: Vec<serde_json::Value> = logs

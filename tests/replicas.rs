@@ -1,5 +1,6 @@
-//! Several idem replicas sharing one Redis: one winner across replicas, and a waiting
-//! duplicate on one replica learns of a completion on another (pub/sub, not polling).
+//! Several idem replicas sharing one Redis or PostgreSQL: one winner across replicas,
+//! and a waiting duplicate on one replica learns of a completion on another (pub/sub or
+//! LISTEN/NOTIFY, not polling).
 
 mod support;
 
@@ -8,6 +9,13 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
 use support::harness::{assert_all_got_the_one_result, post, url};
+use support::poll::eventually;
+
+shared_stores!(
+    fifty_duplicates_across_three_replicas_execute_once,
+    waiting_duplicates_across_replicas_all_get_the_one_result,
+    a_waiter_on_another_replica_is_woken_promptly,
+);
 
 const CHARGE: &str = r#"
 routes:
@@ -18,9 +26,8 @@ routes:
     wait_timeout: 5s
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_duplicates_across_three_replicas_execute_once() {
-    let env = Env::new(Backend::Redis).await;
+async fn fifty_duplicates_across_three_replicas_execute_once(backend: Backend) {
+    let env = Env::new(backend).await;
     let conflict = CHARGE
         .replace("on_concurrent: wait", "on_concurrent: conflict")
         .replace("    wait_timeout: 5s\n", "");
@@ -38,9 +45,8 @@ async fn fifty_duplicates_across_three_replicas_execute_once() {
     assert!(results.iter().all(|r| r.status == 201 || r.status == 409));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
-    let env = Env::new(Backend::Redis).await;
+async fn waiting_duplicates_across_replicas_all_get_the_one_result(backend: Backend) {
+    let env = Env::new(backend).await;
     let replicas = [
         env.idem(CHARGE).await,
         env.idem(CHARGE).await,
@@ -55,15 +61,19 @@ async fn waiting_duplicates_across_replicas_all_get_the_one_result() {
     assert_all_got_the_one_result(&results);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_on_another_replica_is_woken_promptly() {
-    let env = Env::new(Backend::Redis).await;
+async fn a_waiter_on_another_replica_is_woken_promptly(backend: Backend) {
+    let env = Env::new(backend).await;
     let a = env.idem(CHARGE).await;
     let b = env.idem(CHARGE).await;
     let first_url = url(&a, "/invoices/inv_z/charge");
     let first = post(&first_url, &[("x-mock-delay-ms", "1500")], "{}");
     let waiter = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually(
+            Duration::from_secs(3),
+            "the first call forwarded",
+            async || env.upstream.executions("charge:inv_z") == 1,
+        )
+        .await;
         let started = Instant::now();
         let r = post(&url(&b, "/invoices/inv_z/charge"), &[], "{}").await;
         (r, started.elapsed())

@@ -1,5 +1,6 @@
-//! The store contract, run against every backend (`memory::*`, `redis::*`), then the
-//! behaviour only one backend has (Redis outages, memory bounds).
+//! The store contract, run against every backend (`memory::*`, `redis::*`,
+//! `redis_cluster::*`, `redis_sentinel::*`, `postgres::*`), then the behaviour only one
+//! backend has (Redis and PostgreSQL outages, the PostgreSQL table, memory bounds).
 //!
 //! Redis tests start their own `redis-server` on a free port (see `support::redis`).
 
@@ -28,6 +29,18 @@ macro_rules! contract {
         mod redis {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Backend::redis()).await })*
+        }
+        mod redis_cluster {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::redis_cluster()).await })*
+        }
+        mod redis_sentinel {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::redis_sentinel()).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::postgres()).await })*
         }
     };
 }
@@ -355,5 +368,7 @@ async fn binary_records_round_trip(backend: Backend) {
 
 #[path = "store_contract/memory_only.rs"]
 mod memory_only;
+#[path = "store_contract/postgres_only.rs"]
+mod postgres_only;
 #[path = "store_contract/redis_only.rs"]
 mod redis_only;

@@ -1,12 +1,12 @@
 //! TLS on both outbound legs: an `https://` upstream and a `rediss://` store, each with a
-//! certificate from a private CA that idem trusts through `SSL_CERT_FILE`.
+//! certificate from a private CA that idem trusts through `SSL_CERT_FILE` (or for Redis
+//! `store.redis.tls.ca_file`); and Redis ACL users, whose passwords never show in logs
+//! or `idem check` output.
 
 mod support;
 
 use std::convert::Infallible;
-use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,38 +15,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use support::harness::{free_port, post, IdemProcess};
-
-struct Pki {
-    dir: tempfile::TempDir,
-    cert: CertificateDer<'static>,
-    key_der: Vec<u8>,
-}
-
-/// A private CA and a server certificate for 127.0.0.1 / localhost, written as PEM files.
-fn pki() -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
-    Pki {
-        cert: cert.der().clone(),
-        key_der: key.serialize_der(),
-        dir,
-    }
-}
+use rustls::pki_types::PrivateKeyDer;
+use support::harness::{post, send, IdemProcess};
+use support::tls::{pki, Pki, TlsRedis};
 
 /// An HTTPS upstream that counts executions and answers each with its own id.
 async fn https_upstream(pki: &Pki) -> (u16, Arc<AtomicU64>) {
@@ -84,55 +55,6 @@ async fn https_upstream(pki: &Pki) -> (u16, Arc<AtomicU64>) {
         }
     });
     (port, count)
-}
-
-/// A redis-server speaking only TLS, killed on drop.
-struct TlsRedis(Child, u16);
-
-impl TlsRedis {
-    fn start(dir: &Path) -> TlsRedis {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--tls-port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .arg("--tls-cert-file")
-            .arg(dir.join("server.pem"))
-            .arg("--tls-key-file")
-            .arg(dir.join("server.key"))
-            .arg("--tls-ca-cert-file")
-            .arg(dir.join("ca.pem"))
-            .args([
-                "--tls-auth-clients",
-                "no",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server not found: install it (Debian: apt-get install redis-server)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "TLS redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        TlsRedis(child, port)
-    }
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,4 +97,101 @@ async fn an_untrusted_upstream_certificate_is_refused() {
     let r = post(&idem.url("/invoices/tls2/charge"), &[], "{}").await;
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(executions.load(Ordering::SeqCst), 0);
+}
+
+/// The password of the ACL user in these tests; it must never appear in any output.
+const SECRET: &str = "s3cret-Zq81";
+const ACL_USER: [&str; 7] = [
+    "--user",
+    "idem",
+    "on",
+    ">s3cret-Zq81",
+    "~idem:*",
+    "&idem:*",
+    "+@all",
+];
+
+fn rediss_yaml(port: u16, password_env: &str, ca_file: &std::path::Path) -> String {
+    format!(
+        "upstream:\n  url: http://127.0.0.1:9\nstore:\n  backend: redis\n  redis:\n    url: rediss://idem:${{{password_env}}}@127.0.0.1:{port}/0\n    tls:\n      ca_file: {}\nroutes:\n  - name: charge\n    path: /invoices/{{id}}/charge\n    key: \"charge:{{path.id}}\"\n",
+        ca_file.display()
+    )
+}
+
+/// Polls `/readyz` until it reports `want` (or 10 s pass); returns the last answer.
+async fn readiness(idem: &IdemProcess, want: u16) -> support::harness::Resp {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send("GET", &idem.admin_url("/readyz"), &[], "").await;
+        if r.status == want || Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `rediss://` with the CA from `tls.ca_file` (no `SSL_CERT_FILE`) and an ACL user
+/// whose password comes from `${ENV}`: ready, and the password is in no output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_ca_file_and_acl_user_from_env() {
+    let pki = pki();
+    let redis = TlsRedis::start_with(pki.dir.path(), &ACL_USER);
+    let yaml = rediss_yaml(redis.1, "REDIS_PASSWORD", &pki.dir.path().join("ca.pem"));
+    let envs = [("REDIS_PASSWORD", SECRET)];
+    let idem = IdemProcess::spawn_with(&yaml, &[], "debug", &envs).await;
+    let ready = readiness(&idem, 200).await;
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    let mut check = Command::new(env!("CARGO_BIN_EXE_idem"));
+    check.args(["check", "--config"]).arg(&idem.config_path);
+    let out = check.envs(envs).output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("redis"), "{printed}");
+    assert!(
+        !printed.contains(SECRET),
+        "idem check printed the password:\n{printed}"
+    );
+    assert!(!idem.logs().contains(SECRET), "the logs hold the password");
+}
+
+/// A CA file that does not hold the server's CA: refused, with a clear reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_the_wrong_ca_is_refused() {
+    let (pki, other) = (pki(), pki());
+    let redis = TlsRedis::start_with(pki.dir.path(), &ACL_USER);
+    let yaml = rediss_yaml(redis.1, "REDIS_PASSWORD", &other.dir.path().join("ca.pem"));
+    let envs = [("REDIS_PASSWORD", SECRET)];
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
+    let ready = readiness(&idem, 503).await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    let logs = idem.logs();
+    assert!(
+        logs.to_lowercase().contains("certificate"),
+        "no certificate error in the logs:\n{logs}"
+    );
+    assert!(!logs.contains(SECRET));
+}
+
+/// A wrong password: refused, the logs say why, and do not echo it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_user_with_a_wrong_password_is_refused_clearly() {
+    let pki = pki();
+    let redis = TlsRedis::start_with(pki.dir.path(), &ACL_USER);
+    let yaml = rediss_yaml(redis.1, "REDIS_PASSWORD", &pki.dir.path().join("ca.pem"));
+    let wrong = "not-the-Password-77";
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[("REDIS_PASSWORD", wrong)]).await;
+    let ready = readiness(&idem, 503).await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    let r = post(&idem.url("/invoices/acl1/charge"), &[], "{}").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let logs = idem.logs();
+    assert!(
+        logs.contains("WRONGPASS") || logs.to_lowercase().contains("auth"),
+        "no authentication error in the logs:\n{logs}"
+    );
+    assert!(!logs.contains(wrong), "the logs hold the password");
 }

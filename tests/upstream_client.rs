@@ -2,6 +2,8 @@
 //! keep-alive reuse, connections the upstream closed while idle, half-read bodies,
 //! `Connection: close`, refused connections and requests that got no answer.
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use http::Request;
 use http_body_util::{BodyExt, Either, Full};
 use idem::config::UpstreamConfig;
 use idem::upstream::UpstreamClient;
+use support::poll::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -131,16 +134,6 @@ async fn body_text(client: &UpstreamClient, body: &'static str) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-async fn eventually(what: &str, check: impl Fn() -> bool) {
-    for _ in 0..200 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what} did not happen within 2 s");
-}
-
 #[tokio::test]
 async fn sequential_requests_share_one_keep_alive_connection() {
     sequential(Script::KeepAlive("hello"), "hello", 20, (1, 1)).await;
@@ -205,7 +198,8 @@ async fn a_body_dropped_half_read_closes_its_connection() {
     let first = response.body_mut().frame().await.unwrap().unwrap();
     assert!(first.data_ref().is_some_and(|d| d.len() < big.len()));
     drop(response);
-    eventually("the upstream seeing the connection closed", || {
+    let closed = "the upstream seeing the connection closed";
+    eventually(Duration::from_secs(2), closed, async || {
         up.closed_by_client.load(Ordering::SeqCst) == 1
     })
     .await;

@@ -4,11 +4,12 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
-use support::harness::{admin_url, assert_all_got_the_one_result, post, send, url};
+use support::harness::{admin_url, assert_all_got_the_one_result, post, send, url, Resp};
+use support::poll::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -47,7 +48,7 @@ async fn open_connection(addr: std::net::SocketAddr) -> TcpStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_spread_evenly_and_counted_until_they_close() {
-    let env = Env::new(Backend::Memory).await;
+    let env = Env::new(Backend::memory()).await;
     let idem = env.idem(CHARGE).await;
     let mut open = Vec::new();
     for _ in 0..9 {
@@ -56,39 +57,34 @@ async fn connections_are_spread_evenly_and_counted_until_they_close() {
     assert_eq!(worker_connections(&idem).await, [3.0, 3.0, 3.0]);
     drop(open);
     // (The metrics requests go to the admin listener, which is not counted.)
-    for _ in 0..100 {
-        let counts = worker_connections(&idem).await;
-        if counts == [0.0, 0.0, 0.0] {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!(
-        "closed connections still counted: {:?}",
-        worker_connections(&idem).await
-    );
+    eventually(
+        Duration::from_secs(2),
+        "closed connections uncounted",
+        async || worker_connections(&idem).await == [0.0, 0.0, 0.0],
+    )
+    .await;
 }
 
+/// 30 duplicates at once, each on a connection of its own: the acceptor spreads them
+/// over the three workers, so they race for the reservation through different threads.
 async fn duplicates_on_every_worker_execute_once(backend: Backend) {
     let env = Env::new(backend).await;
     let idem = env.idem(CHARGE).await;
-    // Each request on a connection of its own: the acceptor spreads them over the
-    // three workers, so the duplicates race through different threads.
     let u = url(&idem, "/invoices/inv_7/charge");
     let answers = join_all((0..30).map(|_| post(&u, &[], r#"{"amount":5}"#))).await;
     assert_eq!(env.upstream.executions("charge:inv_7"), 1);
-    let forwarded = answers
+    let winner: Vec<_> = answers
         .iter()
-        .filter(|r| r.status == 201 && !r.replayed())
-        .count();
-    assert_eq!(forwarded, 1, "one winner");
+        .filter(|r| !r.replayed())
+        .filter(|r| r.status == 201)
+        .collect();
+    assert_eq!(winner.len(), 1, "one winner");
     for r in &answers {
-        assert!(
-            r.status == 201 || r.status == 409,
-            "{}: {}",
-            r.status,
-            r.text()
-        );
+        match r.status {
+            201 => assert_eq!(r.body, winner[0].body, "a replay of the one result"),
+            409 => assert_eq!(r.code(), "request_in_progress"),
+            s => panic!("{s}: {}", r.text()),
+        }
     }
     // Afterwards every worker replays it.
     for _ in 0..6 {
@@ -97,43 +93,100 @@ async fn duplicates_on_every_worker_execute_once(backend: Backend) {
     assert_eq!(env.upstream.executions("charge:inv_7"), 1);
 }
 
-both_stores!(duplicates_on_every_worker_execute_once);
+/// 29 duplicates at once, spread over the workers, while the upstream holds the first
+/// call: every one answered before the upstream answered is refused (409), none runs.
+async fn duplicates_racing_a_slow_upstream_execute_once(backend: Backend) {
+    const DELAY: Duration = Duration::from_millis(1500);
+    let env = Env::new(backend).await;
+    let idem = env.idem(CHARGE).await;
+    let u = url(&idem, "/invoices/inv_8/charge");
+    let slow = [("x-mock-delay-ms", "1500")];
+    let first = post(&u, &slow, r#"{"amount":5}"#);
+    let duplicates = async {
+        eventually(
+            Duration::from_secs(5),
+            "the first call upstream",
+            async || env.upstream.executions("charge:inv_8") == 1,
+        )
+        .await;
+        let upstream_answers = env.upstream.received()[0].at + DELAY;
+        let dup = async || (post(&u, &slow, r#"{"amount":5}"#).await, Instant::now());
+        (join_all((0..29).map(|_| dup())).await, upstream_answers)
+    };
+    let (first, (answers, upstream_answers)) = tokio::join!(first, duplicates);
+    assert_eq!(first.status, 201);
+    assert!(!first.replayed());
+    let mut during = 0;
+    for (r, at) in &answers {
+        if *at < upstream_answers {
+            during += 1;
+            assert_eq!(r.status, 409, "while the call ran: {}", r.text());
+            assert_eq!(r.code(), "request_in_progress");
+        } else if r.status != 409 {
+            assert!(r.replayed(), "{} {}", r.status, r.text());
+            assert_eq!(r.body, first.body);
+        }
+    }
+    assert!(during > 0, "no duplicate was answered while the call ran");
+    assert_eq!(env.upstream.executions("charge:inv_8"), 1);
+    assert!(post(&u, &slow, r#"{"amount":5}"#).await.replayed());
+}
+
+both_stores!(
+    duplicates_on_every_worker_execute_once,
+    duplicates_racing_a_slow_upstream_execute_once
+);
 
 /// With Redis, the workers share one event subscription (a completion reaches the
 /// process once, not once per worker), and a duplicate waiting on one worker is woken
-/// by a completion on another: every duplicate gets the one result.
+/// by a completion on another: every duplicate gets the one result, promptly. Waiters
+/// also re-check every second, so the wake-up is bounded well under that: a broken
+/// wake-up leaves the waiters to their re-check, ~0.7 s after the completion here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_share_one_subscription_and_wake_each_other() {
-    let env = Env::new(Backend::Redis).await;
-    let redis = env.redis.as_ref().unwrap();
+    let env = Env::new(Backend::redis()).await;
+    let redis = env.backend.redis_server();
     let waiting = CHARGE.replace(
         "key: \"charge:{path.invoice_id}\"",
         "key: \"charge:{path.invoice_id}\"\n    on_concurrent: wait\n    wait_timeout: 10s",
     );
     let first = env.idem(&waiting).await;
     let second = env.idem(&waiting).await;
-    let mut subscribers = String::new();
-    for _ in 0..100 {
-        subscribers = redis.command(&["PUBSUB", "NUMSUB", "idem:events"]);
-        if subscribers.ends_with(":2\r\n") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        subscribers.ends_with(":2\r\n"),
-        "two processes of three workers each: {subscribers:?}"
-    );
+    // Two processes of three workers each: two subscribers.
+    eventually(
+        Duration::from_secs(2),
+        "one subscription per process",
+        async || {
+            let subscribers = redis.command(&["PUBSUB", "NUMSUB", "idem:events"]);
+            assert!(!subscribers.ends_with(":3\r\n"), "{subscribers:?}");
+            subscribers.ends_with(":2\r\n")
+        },
+    )
+    .await;
     // Duplicates over both replicas and all their workers while the first call runs.
     let calls = (0..24).map(|i| {
         let u = url(
             if i % 2 == 0 { &first } else { &second },
             "/invoices/inv_w/charge",
         );
-        async move { post(&u, &[("x-mock-delay-ms", "300")], "{}").await }
+        async move {
+            let r = post(&u, &[("x-mock-delay-ms", "300")], "{}").await;
+            (r, Instant::now())
+        }
     });
-    let answers = join_all(calls).await;
+    let (answers, answered): (Vec<Resp>, Vec<Instant>) = join_all(calls).await.into_iter().unzip();
     assert_eq!(env.upstream.executions("charge:inv_w"), 1);
     assert_all_got_the_one_result(&answers);
+    let winner = answers.iter().position(|r| !r.replayed());
     assert_eq!(answers.iter().filter(|r| !r.replayed()).count(), 1);
+    // The winner's answer left idem after its record was written: every waiter must
+    // have its replay soon after, whichever replica and worker it waited on.
+    let completed = answered[winner.unwrap()];
+    let last = answered.iter().max().unwrap();
+    let lag = last.saturating_duration_since(completed);
+    assert!(
+        lag < Duration::from_millis(250),
+        "the last waiter was answered {lag:?} after the completion"
+    );
+    println!("MEASURED wake-up: last waiter answered {lag:?} after the winner");
 }

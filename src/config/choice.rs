@@ -51,7 +51,11 @@ macro_rules! choices {
 }
 
 choices! {
-    Backend { "memory" => Backend::Memory, "redis" => Backend::Redis }
+    Backend {
+        "memory" => Backend::Memory,
+        "redis" => Backend::Redis,
+        "postgres" => Backend::Postgres,
+    }
     RedisMode {
         "standalone" => RedisMode::Standalone,
         "cluster" => RedisMode::Cluster,

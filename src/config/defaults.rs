@@ -13,8 +13,8 @@ use http::{HeaderName, Method, Uri};
 
 use super::{
     AdminConfig, Backend, BodyFingerprint, Config, DefaultAction, FingerprintSpec, KeyFormat,
-    OnAmbiguous, OnConcurrent, OnFailure, OnStoreError, RedisConfig, RedisMode, RoutePolicy,
-    ServerConfig, StatusSet, StoreConfig, UpstreamConfig,
+    OnAmbiguous, OnConcurrent, OnFailure, OnStoreError, PostgresConfig, RedisConfig, RedisMode,
+    RoutePolicy, ServerConfig, StatusSet, StoreConfig, UpstreamConfig,
 };
 use crate::path::PathTemplate;
 use crate::template::Template;
@@ -69,6 +69,18 @@ impl Default for RedisConfig {
             key_prefix: "idem:".to_string(),
             op_timeout: Duration::from_millis(250),
             wait_replicas: 0,
+            tls_ca_file: None,
+        }
+    }
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: "postgres://idem@127.0.0.1:5432/idem".to_string(),
+            table: "idem_records".to_string(),
+            pool_size: 16,
+            op_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -78,6 +90,7 @@ impl Default for StoreConfig {
         StoreConfig {
             backend: Backend::Memory,
             redis: RedisConfig::default(),
+            postgres: PostgresConfig::default(),
             on_error: OnStoreError::Reject,
         }
     }

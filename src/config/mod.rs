@@ -110,6 +110,7 @@ pub struct UpstreamConfig {
 pub struct StoreConfig {
     pub backend: Backend,
     pub redis: RedisConfig,
+    pub postgres: PostgresConfig,
     pub on_error: OnStoreError,
 }
 
@@ -117,6 +118,7 @@ pub struct StoreConfig {
 pub enum Backend {
     Memory,
     Redis,
+    Postgres,
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +130,20 @@ pub struct RedisConfig {
     pub key_prefix: String,
     pub op_timeout: Duration,
     pub wait_replicas: u32,
+    /// PEM file of CAs trusted for `rediss://` instead of the system store (`tls.ca_file`).
+    pub tls_ca_file: Option<std::path::PathBuf>,
+}
+
+/// `store.postgres`: durable reservations in one table (see `store::postgres`).
+#[derive(Debug, Clone)]
+pub struct PostgresConfig {
+    /// libpq-style URL; may name several hosts and `target_session_attrs=read-write`.
+    pub url: String,
+    /// A plain SQL identifier (checked): it is written into the statements.
+    pub table: String,
+    /// Connections across all worker threads (each worker gets its share, at least 1).
+    pub pool_size: usize,
+    pub op_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

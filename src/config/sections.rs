@@ -12,7 +12,9 @@ use redis::IntoConnectionInfo;
 use super::walk::{At, Fields, Walker};
 use super::yaml::Node;
 use super::UpstreamConfig;
-use super::{AdminConfig, Backend, RedisConfig, RedisMode, ServerConfig, StoreConfig};
+use super::{
+    AdminConfig, Backend, PostgresConfig, RedisConfig, RedisMode, ServerConfig, StoreConfig,
+};
 
 /// Parse an `IP:port` listen address.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -181,12 +183,43 @@ pub(crate) fn upstream(
 pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     let mut cfg = StoreConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(node, "store", &["backend", "redis", "on_error"]);
+    let f = w.fields(node, "store", &["backend", "redis", "postgres", "on_error"]);
     set(&mut cfg.backend, w.choice(&f, "backend").map(|a| a.value));
     set(&mut cfg.on_error, w.choice(&f, "on_error").map(|a| a.value));
     if let Some(redis_node) = f.get("redis") {
         cfg.redis = redis(w, redis_node, cfg.backend == Backend::Redis);
     }
+    if let Some(pg_node) = f.get("postgres") {
+        cfg.postgres = postgres(w, pg_node, cfg.backend == Backend::Postgres);
+    }
+    cfg
+}
+
+fn postgres(w: &mut Walker<'_>, node: &Node, in_use: bool) -> PostgresConfig {
+    let mut cfg = PostgresConfig::default();
+    let f = w.fields(
+        node,
+        "store.postgres",
+        &["url", "table", "pool_size", "op_timeout"],
+    );
+    // Checked by the same parser connecting uses, only when PostgreSQL is the backend.
+    let check = |text: &str| -> Result<String, String> {
+        if in_use {
+            crate::store::postgres::Target::parse(text).map_err(|e| {
+                format!("{e}; expected postgres://user:password@host:port[,host2:port]/db?sslmode=require")
+            })?;
+        }
+        Ok(text.to_string())
+    };
+    set(&mut cfg.url, w.field(&f, "url", check).map(|a| a.value));
+    let table = |text: &str| -> Result<String, String> {
+        crate::store::postgres::check_table_name(text).map(|()| text.to_string())
+    };
+    set(&mut cfg.table, w.field(&f, "table", table).map(|a| a.value));
+    let pool_size: Option<At<usize>> = w.count(&f, "pool_size");
+    set(&mut cfg.pool_size, nonzero(w, pool_size));
+    let op_timeout: Option<At<Duration>> = w.duration(&f, "op_timeout");
+    set(&mut cfg.op_timeout, nonzero(w, op_timeout));
     cfg
 }
 
@@ -203,6 +236,7 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
             "key_prefix",
             "op_timeout",
             "wait_replicas",
+            "tls",
         ],
     );
     // URLs are checked by the Redis client's own parser (so `idem check` agrees with what
@@ -239,6 +273,21 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
         &mut cfg.wait_replicas,
         w.count(&f, "wait_replicas").map(|a| a.value),
     );
+    if let Some(tls) = f.get("tls") {
+        let t = w.fields(tls, "store.redis.tls", &["ca_file"]);
+        if let Some(ca) = w.string(&t, "ca_file").filter(|a| !a.value.is_empty()) {
+            cfg.tls_ca_file = Some(ca.value.into());
+        }
+    }
+    let prefix = &cfg.key_prefix;
+    if in_use && cfg.mode == RedisMode::Cluster && (prefix.contains('{') || prefix.contains('}')) {
+        w.error(
+            node.pos,
+            "store.redis.key_prefix",
+            "in cluster mode the key prefix must not contain `{` or `}`: idem adds its own \
+             hash tag so that a record and its wake-up channel share one slot",
+        );
+    }
     if in_use && cfg.mode != RedisMode::Standalone && cfg.nodes.is_empty() {
         let what = match cfg.mode {
             RedisMode::Cluster => "cluster mode needs its seed nodes",

@@ -5,7 +5,7 @@
 //! route derives and what happens to a duplicate.
 
 use super::units::format_duration;
-use super::{Config, OnConcurrent, RoutePolicy};
+use super::{Backend, Config, OnConcurrent, RedisMode, RoutePolicy};
 
 const HEADERS: [&str; 9] = [
     "ROUTE",
@@ -20,6 +20,27 @@ const HEADERS: [&str; 9] = [
 ];
 
 impl Config {
+    /// The store in a few words: for Redis the mode and where, never the credentials.
+    fn store_summary(&self) -> String {
+        if self.store.backend != Backend::Redis {
+            return self.store.backend.to_string();
+        }
+        let r = &self.store.redis;
+        let mut out = match r.mode {
+            RedisMode::Standalone => format!("redis {}", redis_address(&r.url)),
+            RedisMode::Cluster => format!("redis cluster ({} seed nodes)", r.nodes.len()),
+            RedisMode::Sentinel => format!(
+                "redis sentinel {:?} ({} sentinels)",
+                r.sentinel_master,
+                r.nodes.len()
+            ),
+        };
+        if r.wait_replicas > 0 {
+            out.push_str(&format!(" wait_replicas {}", r.wait_replicas));
+        }
+        out
+    }
+
     /// The route table and warnings, as `idem check` prints them.
     pub fn route_table(&self) -> String {
         let upstream = match self.upstream.url.authority() {
@@ -33,7 +54,10 @@ impl Config {
         };
         let mut out = format!(
             "listen {}  ->  upstream {upstream}\nadmin {}  store {}  unmatched requests: {}\n\n",
-            self.listen, self.admin.listen, self.store.backend, self.default
+            self.listen,
+            self.admin.listen,
+            self.store_summary(),
+            self.default
         );
         let mut rows = vec![HEADERS.iter().map(|h| vec![h.to_string()]).collect()];
         rows.extend(self.routes.iter().map(|r| row(r)));
@@ -108,6 +132,17 @@ fn render(rows: &[Vec<Vec<String>>]) -> String {
         }
     }
     out
+}
+
+/// `host:port` of a Redis URL (with ` TLS` for `rediss://`), without user or password.
+fn redis_address(url: &str) -> String {
+    use redis::{ConnectionAddr, IntoConnectionInfo};
+    match url.into_connection_info().map(|i| i.addr().clone()) {
+        Ok(ConnectionAddr::Tcp(host, port)) => format!("{host}:{port}"),
+        Ok(ConnectionAddr::TcpTls { host, port, .. }) => format!("{host}:{port} TLS"),
+        Ok(other) => other.to_string(),
+        Err(_) => "(invalid url)".to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Body types: what the proxy sends upstream and what it answers with.
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -75,15 +77,23 @@ pub fn stream(body: crate::upstream::ResponseBody) -> ProxyBody {
 
 /// A body fed frame by frame by the detached task that owns the upstream call. When the
 /// caller goes away this body is dropped, the task's sends fail, and the task carries on
-/// recording the outcome.
+/// recording the outcome. The body ends cleanly only if the task says it sent the
+/// whole response (`finished`): a task that stopped feeding a caller who stopped
+/// reading ends it with an error, so the caller cannot take a short body for a whole one
+/// (a chunked response would otherwise get its terminating chunk).
 pub struct ChannelBody {
     rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
     hint: SizeHint,
+    finished: Arc<AtomicBool>,
 }
 
 impl ChannelBody {
-    pub fn new(rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>, hint: SizeHint) -> Self {
-        ChannelBody { rx, hint }
+    pub fn new(
+        rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+        hint: SizeHint,
+        finished: Arc<AtomicBool>,
+    ) -> Self {
+        ChannelBody { rx, hint, finished }
     }
 }
 
@@ -95,7 +105,12 @@ impl Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.rx.poll_recv(cx)
+        Poll::Ready(match ready!(self.rx.poll_recv(cx)) {
+            None if !self.finished.load(Ordering::Acquire) => Some(Err(
+                "the response was cut short: the caller stopped reading".into(),
+            )),
+            frame => frame,
+        })
     }
 
     fn size_hint(&self) -> SizeHint {

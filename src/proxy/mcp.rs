@@ -5,6 +5,7 @@
 //! passed through with every header, and without a body parse when the `Mcp-Method` /
 //! `Mcp-Name` headers already say it is not a protected call.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -114,11 +115,12 @@ async fn amended(
         parts.headers.remove(header::CONTENT_LENGTH);
         let (tx, rx) = mpsc::channel(8);
         let timeout = worker.upstream.timeout;
-        worker
-            .tasks
-            .spawn(amend_events(body, route, limit, timeout, tx));
+        let finished = Arc::new(AtomicBool::new(false));
+        let amend = amend_events(body, route, limit, timeout, tx, finished.clone());
+        worker.tasks.spawn(amend);
         let hint = http_body::SizeHint::default();
-        return Response::from_parts(parts, ProxyBody::Channel(ChannelBody::new(rx, hint)));
+        let body = ChannelBody::new(rx, hint, finished);
+        return Response::from_parts(parts, ProxyBody::Channel(body));
     }
     if body.size_hint().exact().is_some_and(|n| n > limit as u64) {
         return Response::from_parts(parts, stream(body));
@@ -148,6 +150,7 @@ async fn amend_events(
     limit: usize,
     timeout: std::time::Duration,
     tx: Tx,
+    finished: Arc<AtomicBool>,
 ) {
     let mut events = Some(Events::new(usize::MAX));
     loop {
@@ -167,6 +170,8 @@ async fn amend_events(
                         .send(Ok(http_body::Frame::data(Bytes::from(last.raw))))
                         .await;
                 }
+                // The whole stream went out: the caller's body may end cleanly.
+                finished.store(true, Ordering::Release);
                 return;
             }
         };

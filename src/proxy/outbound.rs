@@ -15,6 +15,8 @@
 //! Every send tolerates a caller that has gone or stopped reading: the call carries on
 //! and records the outcome without it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -39,6 +41,8 @@ pub struct Outbound {
     /// Trailers, held until `finish`.
     trailers: Option<Frame<Bytes>>,
     tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
+    /// Set once every frame went out: only then does the caller's body end cleanly.
+    finished: Arc<AtomicBool>,
     send_timeout: Duration,
 }
 
@@ -51,6 +55,7 @@ impl Outbound {
             last: None,
             trailers: None,
             tx: None,
+            finished: Arc::default(),
             send_timeout,
         }
     }
@@ -94,7 +99,7 @@ impl Outbound {
         };
         let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
         let (parts, ()) = head.into_parts();
-        let body = ProxyBody::Channel(ChannelBody::new(rx, hint));
+        let body = ProxyBody::Channel(ChannelBody::new(rx, hint, self.finished.clone()));
         if reply.send(Response::from_parts(parts, body)).is_ok() {
             self.tx = Some(tx);
         }
@@ -120,7 +125,10 @@ impl Outbound {
         {
             self.send(frame).await;
         }
-        self.tx = None;
+        // A send that gave up on the caller dropped `tx`: its body then ends in an error.
+        if self.tx.take().is_some() {
+            self.finished.store(true, Ordering::Release);
+        }
     }
 
     /// The exchange failed: answer with `problem` if the head has not gone out yet,

@@ -13,7 +13,8 @@
 //! (`on_failure: retry`, [`Record::next_attempt`]) exactly one succeeds.
 //!
 //! Duplicates that wait ([`Store::watch`]) are woken by completion, release and delete
-//! — across replicas for Redis, via pub/sub — and hold no store connection meanwhile.
+//! — across replicas for Redis (pub/sub) and PostgreSQL (`LISTEN/NOTIFY`) — and hold no
+//! store connection meanwhile.
 //!
 //! The store never sees HTTP types: only [`StoreKey`]s and [`Record`]s.
 
@@ -21,6 +22,7 @@ mod codec;
 mod encode;
 pub mod memory;
 mod meta;
+pub mod postgres;
 pub mod record;
 pub mod redis;
 mod shared;
@@ -30,6 +32,7 @@ pub mod watch;
 use std::time::Duration;
 
 pub use memory::MemoryStore;
+pub use postgres::PostgresStore;
 pub use record::{Record, RecordState, StoredResponse, Token};
 pub use redis::RedisStore;
 pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
@@ -69,6 +72,7 @@ pub enum StoreError {
 pub enum Store {
     Memory(memory::MemoryStore),
     Redis(redis::RedisStore),
+    Postgres(postgres::PostgresStore),
 }
 
 macro_rules! dispatch {
@@ -76,6 +80,7 @@ macro_rules! dispatch {
         match $self {
             Store::Memory($s) => $e,
             Store::Redis($s) => $e,
+            Store::Postgres($s) => $e,
         }
     };
 }

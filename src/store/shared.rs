@@ -1,8 +1,11 @@
 //! The process-wide part of the configured store, from which each worker thread builds
 //! its own handle ([`SharedStore::for_worker`]): the one memory map, or the one Redis
-//! event subscription (every worker then opens its own command connection on its own
-//! runtime).
+//! event subscription or PostgreSQL `LISTEN` (every worker then opens its own command
+//! connection or pool on its own runtime).
 
+use std::sync::Arc;
+
+use super::postgres::{self, PostgresStore};
 use super::redis::{Events, RedisStore};
 use super::{memory::MemoryStore, Store, StoreError};
 use crate::config::{Backend, StoreConfig};
@@ -15,17 +18,22 @@ pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
 pub enum SharedStore {
     Memory(Store),
     Redis(Events),
+    Postgres(Arc<postgres::Shared>),
 }
 
 impl SharedStore {
-    /// Starts the shared part. Redis connects in the background and reconnects by
-    /// itself, so idem starts (unready) even while Redis is down.
-    pub fn start(cfg: &StoreConfig) -> Result<SharedStore, StoreError> {
+    /// Starts the shared part. Redis and PostgreSQL connect in the background and
+    /// reconnect by themselves, so idem starts (unready) even while the store is down.
+    /// `workers` share PostgreSQL's `pool_size`.
+    pub fn start(cfg: &StoreConfig, workers: usize) -> Result<SharedStore, StoreError> {
         Ok(match cfg.backend {
             Backend::Memory => {
                 SharedStore::Memory(Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)))
             }
             Backend::Redis => SharedStore::Redis(RedisStore::subscribe(&cfg.redis)?),
+            Backend::Postgres => {
+                SharedStore::Postgres(postgres::Shared::start(&cfg.postgres, workers)?)
+            }
         })
     }
 
@@ -35,6 +43,9 @@ impl SharedStore {
             SharedStore::Memory(store) => store.clone(),
             SharedStore::Redis(events) => {
                 Store::Redis(RedisStore::connect_sharing(&cfg.redis, events).await?)
+            }
+            SharedStore::Postgres(shared) => {
+                Store::Postgres(PostgresStore::connect_sharing(shared).await?)
             }
         })
     }

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use idem::config::RedisMode;
 use idem::store::{RedisStore, Reserve, Store, StoreError};
 use tokio::time::{sleep, timeout};
 
@@ -24,7 +23,9 @@ async fn assert_failing_fast(store: &Store) {
     for _ in 0..3 {
         let start = Instant::now();
         let results = [
-            store.reserve(&key(1), &r, LEASE).await.err(),
+            // Not key(1): a key this process owns is known to be in progress without
+            // asking Redis (in-process coalescing).
+            store.reserve(&key(4), &r, LEASE).await.err(),
             store.get(&key(1)).await.err(),
             store
                 .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
@@ -95,8 +96,10 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
         subscribed(&server.url()).await,
     );
     let (store, other) = (Store::Redis(a.clone()), Store::Redis(b.clone()));
+    // Another key than the one reserved after the restart: this process owns key(5)
+    // until its lease ends, and knows so without asking Redis.
     store
-        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .reserve(&key(5), &in_progress(LEASE), LEASE)
         .await
         .unwrap();
 
@@ -178,40 +181,158 @@ async fn paused_redis_times_out_then_recovers() {
         .await));
 }
 
+/// `wait_replicas: 1` with no replica: the reservation cannot be acknowledged, so it is
+/// a store error (after `op_timeout`), and it is released rather than left to lock out
+/// a retry for the whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wait_replicas_without_replicas_still_reserves() {
+async fn wait_replicas_without_enough_replicas_is_a_store_error() {
     let server = RedisServer::start();
     let mut cfg = redis_config(&server.url());
     cfg.wait_replicas = 1;
     let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
     let start = Instant::now();
+    let e = store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await
+        .expect_err("unacknowledged reservation succeeded");
+    assert!(
+        matches!(e, StoreError::Unavailable(ref m) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= OP_TIMEOUT && took <= 3 * OP_TIMEOUT + MARGIN,
+        "{took:?}"
+    );
+    assert_eq!(store.get(&key(1)).await.unwrap(), None, "released");
+}
+
+/// `wait_replicas: 1` with a replica: reservation and completion are acknowledged;
+/// with the replica frozen, both are store errors (a failover now could lose them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    // Until a probe write is acknowledged: after its sync a replica's acks can lag by
+    // up to a second.
+    master.command(&["SET", "probe", "1"]);
+    while master.command(&["WAIT", "1", "100"]) != ":1\r\n" {
+        sleep(Duration::from_millis(20)).await;
+    }
+    let mut cfg = redis_config(&master.url());
+    cfg.wait_replicas = 1;
+    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let mine = in_progress(LEASE);
+    assert!(won(store.reserve(&key(1), &mine, LEASE).await));
+    let done = completed(&mine, RETENTION);
+    assert!(store
+        .replace_if_owner(&key(1), &mine.token, &done, RETENTION, false)
+        .await
+        .unwrap());
+
+    let pending = in_progress(LEASE);
+    assert!(won(store.reserve(&key(3), &pending, LEASE).await));
+
+    replica.pause();
+    let e = store.reserve(&key(2), &in_progress(LEASE), LEASE).await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    assert_eq!(
+        store.get(&key(2)).await.unwrap(),
+        None,
+        "unacknowledged reservation released"
+    );
+    // A renewal does not wait for replicas: a lagging replica never costs a lease.
+    assert!(store
+        .replace_if_owner(
+            &key(3),
+            &pending.token,
+            &pending.renewed(LEASE),
+            LEASE,
+            false
+        )
+        .await
+        .unwrap());
+    // A completion is written but not acknowledged: a store error.
+    let finished = completed(&pending, RETENTION);
+    let e = store
+        .replace_if_owner(&key(3), &pending.token, &finished, RETENTION, true)
+        .await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    replica.resume();
+}
+
+/// In cluster mode `WAIT` goes to the node that holds the key: with that node's only
+/// replica frozen, a reservation there is a store error while other shards still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_wait_goes_to_the_keys_own_node() {
+    use super::support::redis_cluster::{slot, RedisCluster};
+    use super::support::store::cluster_config;
+    let cluster = RedisCluster::start(3, 1);
+    let mut cfg = cluster_config(cluster.seeds());
+    cfg.wait_replicas = 1;
+    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let frozen_slot = slot(b"{01}");
+    let master = cluster.master_of(frozen_slot);
     assert!(won(store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await));
-    let took = start.elapsed();
-    // WAIT gave up after op_timeout (no replica exists); the reservation stands.
+    let replica = cluster.replica_of(master);
+    cluster.nodes[replica].pause();
+    let e = store.reserve(&key(1), &in_progress(LEASE), LEASE).await;
     assert!(
-        took >= OP_TIMEOUT && took <= 2 * OP_TIMEOUT + MARGIN,
-        "{took:?}"
+        matches!(e, Ok(Reserve::Exists(_))),
+        "a loser needs no WAIT: {e:?}"
     );
-    let dup = store
-        .reserve(&key(1), &in_progress(LEASE), LEASE)
-        .await
-        .unwrap();
-    assert!(matches!(dup, Reserve::Exists(_)));
+    // key(0x01) is taken; find another key in the frozen shard and one elsewhere.
+    let in_shard = (2..=255u8)
+        .find(|&b| cluster.master_of(slot(format!("{{{b:02x}}}").as_bytes())) == master)
+        .expect("another bucket on that master");
+    let elsewhere = (2..=255u8)
+        .find(|&b| cluster.master_of(slot(format!("{{{b:02x}}}").as_bytes())) != master)
+        .expect("a bucket on another master");
+    let e = store
+        .reserve(&key(in_shard), &in_progress(LEASE), LEASE)
+        .await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
+    assert!(won(store
+        .reserve(&key(elsewhere), &in_progress(LEASE), LEASE)
+        .await));
+    cluster.nodes[replica].resume();
 }
 
-#[tokio::test]
-async fn cluster_and_sentinel_are_refused_clearly_for_now() {
-    for mode in [RedisMode::Cluster, RedisMode::Sentinel] {
-        let mut cfg = redis_config("redis://127.0.0.1:1/0");
-        cfg.mode = mode;
-        match RedisStore::connect(&cfg).await {
-            Err(StoreError::Unavailable(msg)) => assert!(msg.contains("not supported"), "{msg}"),
-            Err(e) => panic!("unexpected error {e:?}"),
-            Ok(_) => panic!("mode {mode:?} accepted"),
-        }
-    }
+/// A reservation the client layer sent twice (its first reply lost) finds its own
+/// record: that is a win, not a duplicate in progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_reservation_recognises_its_own_token() {
+    let server = RedisServer::start();
+    let store = Store::Redis(subscribed(&server.url()).await);
+    let mine = in_progress(LEASE);
+    assert!(won(store.reserve(&key(1), &mine, LEASE).await));
+    assert!(
+        won(store.reserve(&key(1), &mine, LEASE).await),
+        "own token is won"
+    );
+    let other = in_progress(LEASE);
+    assert!(matches!(
+        store.reserve(&key(1), &other, LEASE).await.unwrap(),
+        Reserve::Exists(r) if r.token == mine.token
+    ));
 }
 
 /// ACL user from the URL, with only the permissions idem needs (the README's minimal

@@ -1,46 +1,31 @@
-//! A test environment: a mock upstream, optionally a private redis-server, and idem
-//! configured for one store backend.
+//! A test environment: a mock upstream and a store backend (its own redis-server or
+//! PostgreSQL for those), with idem configured for both.
 
 use idem::app::Running;
 
 use super::harness;
-use super::redis::RedisServer;
+pub use super::store::Backend;
 use super::upstream::MockUpstream;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Memory,
-    Redis,
-}
 
 pub struct Env {
     pub backend: Backend,
     pub upstream: MockUpstream,
-    pub redis: Option<RedisServer>,
 }
 
 impl Env {
     pub async fn new(backend: Backend) -> Env {
-        let redis = (backend == Backend::Redis).then(RedisServer::start);
         Env {
             backend,
             upstream: MockUpstream::start().await,
-            redis,
         }
     }
 
     /// The `upstream:` and `store:` sections for this environment.
     pub fn base_yaml(&self, upstream_timeout: &str) -> String {
-        let store = match &self.redis {
-            None => "store:\n  backend: memory\n".to_owned(),
-            Some(redis) => format!(
-                "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: 250ms\n",
-                redis.url()
-            ),
-        };
         format!(
-            "upstream:\n  url: {}\n  timeout: {upstream_timeout}\n  connect_timeout: 500ms\n{store}",
-            self.upstream.url()
+            "upstream:\n  url: {}\n  timeout: {upstream_timeout}\n  connect_timeout: 500ms\n{}",
+            self.upstream.url(),
+            self.backend.yaml()
         )
     }
 
@@ -54,7 +39,8 @@ impl Env {
     }
 }
 
-/// Instantiate an `async fn(Backend)` test case for both stores.
+/// Instantiate an `async fn(Backend)` test case for every store (memory, Redis,
+/// PostgreSQL).
 #[macro_export]
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
@@ -62,7 +48,7 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Memory).await
+                    super::$name($crate::support::store::Backend::memory()).await
                 }
             )*
         }
@@ -70,7 +56,39 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::env::Backend::Redis).await
+                    super::$name($crate::support::store::Backend::redis()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::store::Backend::postgres()).await
+                }
+            )*
+        }
+    };
+}
+
+/// Instantiate an `async fn(Backend)` test case for the stores several idem processes
+/// can share (Redis, PostgreSQL).
+#[macro_export]
+macro_rules! shared_stores {
+    ($($name:ident),* $(,)?) => {
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::store::Backend::redis()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::store::Backend::postgres()).await
                 }
             )*
         }

@@ -1,10 +1,10 @@
 //! Running idem for tests: in-process (`start`) or as the built binary (`IdemProcess`),
-//! always on free loopback ports, plus a tiny HTTP client.
+//! always on free loopback ports (port 0, then asking where), plus a tiny HTTP client.
 
-use std::net::TcpListener as StdListener;
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
@@ -13,6 +13,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idem::app::Running;
 use idem::config::Config;
+
+use super::poll::eventually;
 
 /// Build a config from YAML, with `listen` and `admin.listen` on port 0.
 pub fn config(yaml: &str) -> Config {
@@ -114,7 +116,8 @@ pub async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
     send("POST", url, headers, body).await
 }
 
-/// A free loopback port (bound then released).
+/// A loopback port nothing listens on, for refused connections. (Never bind a server
+/// to it: another test may take it first. Servers bind port 0 and say where.)
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .unwrap()
@@ -122,6 +125,9 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Both listeners on port 0: the OS picks free ports and idem logs them.
+const LISTEN_ANY: &str = "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n";
 
 /// The idem binary as a child process, killed on drop.
 pub struct IdemProcess {
@@ -146,31 +152,60 @@ impl IdemProcess {
         rust_log: &str,
         envs: &[(&str, &str)],
     ) -> IdemProcess {
-        let port = free_port();
-        let admin_port = free_port();
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("idem.yaml");
-        let text =
-            format!("listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin_port}\n{yaml}");
-        std::fs::write(&config_path, text).unwrap();
+        std::fs::write(&config_path, format!("{LISTEN_ANY}{yaml}")).unwrap();
+        let config = config_path.to_str().unwrap().to_owned();
+        let mut all = vec!["serve", "--config", &config];
+        all.extend_from_slice(args);
+        Self::launch(dir, &all, rust_log, envs).await
+    }
+
+    /// `idem serve ARGS` with no configuration file, both listeners on port 0.
+    pub async fn serve(args: &[&str]) -> IdemProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let mut all = vec!["serve"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+        Self::launch(dir, &all, "warn", &[]).await
+    }
+
+    /// Runs the binary, learns its ports from its "idem listening" log line (binding
+    /// port 0 cannot race another test the way pick-a-free-port-then-bind can), and
+    /// waits until it is healthy.
+    async fn launch(
+        dir: tempfile::TempDir,
+        args: &[&str],
+        rust_log: &str,
+        envs: &[(&str, &str)],
+    ) -> IdemProcess {
         let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_idem"))
-            .args(["serve", "--config"])
-            .arg(&config_path)
             .args(args)
-            .env("RUST_LOG", rust_log)
+            // The listening line is logged at info by `idem::app`.
+            .env("RUST_LOG", format!("{rust_log},idem::app=info"))
+            .env("NO_COLOR", "1")
             .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn idem binary");
-        let process = IdemProcess {
+        let mut process = IdemProcess {
             child,
-            port,
-            admin_port,
+            port: 0,
+            admin_port: 0,
+            config_path: dir.path().join("idem.yaml"),
             _dir: dir,
-            config_path,
         };
+        let (addr, admin) = eventually(Duration::from_secs(15), "idem listening", async || {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                panic!("idem exited at startup ({status}):\n{}", process.logs());
+            }
+            listening(&process.logs())
+        })
+        .await;
+        process.port = addr.port();
+        process.admin_port = admin.port();
         process.wait_healthy().await;
         process
     }
@@ -180,13 +215,10 @@ impl IdemProcess {
         std::fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
     }
 
-    /// Replace the configuration file (keeping the listeners), e.g. before SIGHUP.
+    /// Replace the configuration file (keeping the listeners: a reload does not move
+    /// them), e.g. before SIGHUP.
     pub fn rewrite_config(&self, yaml: &str) {
-        let text = format!(
-            "listen: 127.0.0.1:{}\nadmin:\n  listen: 127.0.0.1:{}\n{yaml}",
-            self.port, self.admin_port
-        );
-        std::fs::write(&self.config_path, text).unwrap();
+        std::fs::write(&self.config_path, format!("{LISTEN_ANY}{yaml}")).unwrap();
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -198,16 +230,11 @@ impl IdemProcess {
     }
 
     async fn wait_healthy(&self) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(r) = try_send("GET", &self.admin_url("/healthz"), &[], "").await {
-                if r.status == 200 {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("idem binary did not become healthy");
+        eventually(Duration::from_secs(15), "idem healthy", async || {
+            let health = try_send("GET", &self.admin_url("/healthz"), &[], "").await;
+            health.is_ok_and(|r| r.status == 200)
+        })
+        .await;
     }
 
     pub fn signal(&self, sig: &str) {
@@ -246,4 +273,36 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// The proxy and admin addresses from idem's "idem listening" log line (text or JSON).
+fn listening(logs: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let line = strip_ansi(logs.lines().find(|l| l.contains("idem listening"))?);
+    Some((field(&line, "addr")?, field(&line, "admin_addr")?))
+}
+
+/// `key=value` (text) or `"key":"value"` (JSON) in a log line.
+fn field(line: &str, key: &str) -> Option<SocketAddr> {
+    let (_, rest) = line
+        .split_once(&format!(" {key}="))
+        .or_else(|| line.split_once(&format!("\"{key}\":\"")))?;
+    rest.split([' ', '"']).next()?.parse().ok()
+}
+
+/// The line without terminal colour codes (in case `NO_COLOR` is not honoured).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -14,6 +14,10 @@ const STARTUP: Duration = Duration::from_secs(10);
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Arguments beyond the defaults (cluster, replication, TLS, sentinel settings).
+    extra: Vec<String>,
+    /// `--sentinel`: run as a sentinel (it needs a config file of its own).
+    sentinel: bool,
     /// Working directory for the server (it writes nothing with `--save ""`, but never
     /// let it write into the repository).
     dir: tempfile::TempDir,
@@ -22,9 +26,31 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server on a free loopback port and waits until it answers `PING`.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with `extra` arguments, each `--name value` split in two; `{port}`
+    /// in a value is replaced by the server's port, `{free}` by another free port.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::launch(extra, false)
+    }
+
+    /// Starts `redis-server <conf> --sentinel`; `lines` are written to its config file
+    /// (which the sentinel then rewrites as it learns the topology).
+    pub fn start_sentinel(lines: &[&str]) -> RedisServer {
+        RedisServer::launch(lines, true)
+    }
+
+    fn launch(extra: &[&str], sentinel: bool) -> RedisServer {
         let mut server = RedisServer {
             port: 0,
             child: None,
+            // A `{free}` port is chosen once: a restarted cluster node keeps its bus port.
+            extra: extra
+                .iter()
+                .map(|s| s.replace("{free}", &free_port().to_string()))
+                .collect(),
+            sentinel,
             dir: tempfile::tempdir().expect("temp dir for redis-server"),
         };
         // The free port is released before redis-server binds it, so a parallel test
@@ -42,6 +68,10 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn port(&self) -> u16 {
@@ -66,9 +96,32 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), String> {
         self.stop();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        let mut cmd = Command::new("redis-server");
+        let port = self.port.to_string();
+        let mut extra: Vec<String> = self
+            .extra
+            .iter()
+            .map(|a| a.replace("{port}", &port))
+            .collect();
+        if self.sentinel {
+            // A sentinel rewrites its config file: give it one in its own directory,
+            // kept across restarts.
+            let conf = self.dir.path().join("sentinel.conf");
+            if !conf.exists() {
+                std::fs::write(&conf, extra.join("\n") + "\n").expect("write sentinel.conf");
+            }
+            cmd.arg(&conf).arg("--sentinel");
+            extra.clear();
+        }
+        let child = cmd
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(extra)
+            .args(["--protected-mode", "no"])
+            .args(if self.sentinel {
+                &[][..]
+            } else {
+                &["--save", "", "--appendonly", "no"][..]
+            })
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -117,7 +170,7 @@ impl RedisServer {
         String::from_utf8_lossy(&reply).into_owned()
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
@@ -200,7 +253,7 @@ fn read_reply(r: &mut impl BufRead, out: &mut Vec<u8>) -> std::io::Result<()> {
 }
 
 /// A port the OS just handed out; released before redis-server binds it.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
 }

@@ -1,25 +1,34 @@
-//! Fixtures for store tests: a backend that hands out store instances sharing data,
-//! and record builders.
+//! Fixtures for store tests: the one `Backend` enum of the test support (a running store
+//! that hands out instances sharing data, and configures idem for it), and record
+//! builders.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use idem::config::{RedisConfig, RedisMode};
+use idem::config::{PostgresConfig, RedisConfig, RedisMode};
 use idem::key::StoreKey;
-use idem::store::{MemoryStore, Record, RedisStore, Store, StoredResponse};
+use idem::store::{MemoryStore, PostgresStore, Record, RedisStore, Store, StoredResponse};
 
+use super::poll::eventually;
+use super::postgres::PgServer;
 use super::redis::RedisServer;
+use super::redis_cluster::RedisCluster;
+use super::redis_sentinel::RedisSentinelSet;
 
 /// The default `store.redis.op_timeout`.
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A store backend under test. `instance()` returns another handle on the same data:
 /// for Redis a separate `RedisStore` (its own connections and subscription, i.e. another
-/// replica), for memory a clone.
+/// replica), for memory a clone. `yaml()` is the `store:` section that points an idem
+/// at it (for memory, each idem has its own).
 pub enum Backend {
     Memory(MemoryStore),
     Redis(RedisServer),
+    RedisCluster(RedisCluster),
+    RedisSentinel(RedisSentinelSet),
+    Postgres(PgServer),
 }
 
 impl Backend {
@@ -31,10 +40,91 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    /// Three masters, no replicas: enough for keys to spread over nodes.
+    pub fn redis_cluster() -> Backend {
+        Backend::RedisCluster(RedisCluster::start(3, 0))
+    }
+
+    /// A master, one replica and three sentinels.
+    pub fn redis_sentinel() -> Backend {
+        Backend::RedisSentinel(RedisSentinelSet::start(1))
+    }
+
+    pub fn postgres() -> Backend {
+        Backend::Postgres(PgServer::start())
+    }
+
     pub async fn instance(&self) -> Store {
         match self {
             Backend::Memory(m) => Store::Memory(m.clone()),
             Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::RedisCluster(cluster) => {
+                Store::Redis(subscribed_with(&cluster_config(cluster.seeds())).await)
+            }
+            Backend::RedisSentinel(set) => {
+                Store::Redis(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
+            }
+            Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
+        }
+    }
+
+    /// The `store:` section of an idem configuration using this backend.
+    pub fn yaml(&self) -> String {
+        match self {
+            Backend::Memory(_) => "store:\n  backend: memory\n".to_owned(),
+            Backend::Redis(server) => format!(
+                "store:\n  backend: redis\n  redis:\n    url: {}\n    op_timeout: {}ms\n",
+                server.url(),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisCluster(cluster) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: cluster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                cluster.seeds().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::RedisSentinel(set) => format!(
+                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    sentinel_master: mymaster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                set.sentinel_urls().join(", "),
+                OP_TIMEOUT.as_millis()
+            ),
+            Backend::Postgres(server) => format!(
+                "store:\n  backend: postgres\n  postgres:\n    url: {}\n    op_timeout: 500ms\n    pool_size: 8\n",
+                server.url()
+            ),
+        }
+    }
+
+    /// The private redis-server of a Redis backend, to stop, pause or inspect it.
+    #[track_caller]
+    pub fn redis_server(&self) -> &RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn redis_server_mut(&mut self) -> &mut RedisServer {
+        match self {
+            Backend::Redis(server) => server,
+            _ => panic!("not a Redis backend"),
+        }
+    }
+
+    /// The private PostgreSQL of a PostgreSQL backend, to stop, kill or inspect it.
+    #[track_caller]
+    pub fn postgres_server(&self) -> &PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
+        }
+    }
+
+    #[track_caller]
+    pub fn postgres_server_mut(&mut self) -> &mut PgServer {
+        match self {
+            Backend::Postgres(server) => server,
+            _ => panic!("not a PostgreSQL backend"),
         }
     }
 }
@@ -42,31 +132,72 @@ impl Backend {
 pub fn redis_config(url: &str) -> RedisConfig {
     RedisConfig {
         url: url.to_owned(),
-        mode: RedisMode::Standalone,
-        nodes: vec![],
-        sentinel_master: "mymaster".to_owned(),
-        key_prefix: "idem:".to_owned(),
         op_timeout: OP_TIMEOUT,
-        wait_replicas: 0,
+        ..RedisConfig::default()
+    }
+}
+
+/// Sentinel mode over `sentinels`, master `mymaster`.
+pub fn sentinel_config(sentinels: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Sentinel,
+        nodes: sentinels,
+        url: "redis://ignored:0/0".to_owned(),
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
+    }
+}
+
+/// Cluster mode over `seeds`.
+pub fn cluster_config(seeds: Vec<String>) -> RedisConfig {
+    RedisConfig {
+        mode: RedisMode::Cluster,
+        nodes: seeds,
+        op_timeout: OP_TIMEOUT,
+        ..RedisConfig::default()
     }
 }
 
 /// A `RedisStore` whose event subscription is up, so timing assertions measure
 /// pub/sub delivery rather than subscription start-up.
 pub async fn subscribed(url: &str) -> RedisStore {
-    let store = RedisStore::connect(&redis_config(url))
-        .await
-        .expect("connect");
-    wait_subscribed(&store, Duration::from_secs(5)).await;
+    subscribed_with(&redis_config(url)).await
+}
+
+pub async fn subscribed_with(cfg: &RedisConfig) -> RedisStore {
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    wait_subscribed(&store, Duration::from_secs(10)).await;
     store
 }
 
 pub async fn wait_subscribed(store: &RedisStore, within: Duration) {
-    let start = Instant::now();
-    while !store.is_subscribed() {
-        assert!(start.elapsed() < within, "not subscribed within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    eventually(within, "the store's event subscription", async || {
+        store.is_subscribed()
+    })
+    .await;
+}
+
+/// The PostgreSQL store's settings for tests: the SPEC's defaults on `url`.
+pub fn postgres_config(url: &str) -> PostgresConfig {
+    PostgresConfig {
+        url: url.to_owned(),
+        table: "idem_records".to_owned(),
+        pool_size: 16,
+        op_timeout: Duration::from_millis(500),
     }
+}
+
+/// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).
+pub async fn listening(url: &str) -> PostgresStore {
+    let store = PostgresStore::connect(&postgres_config(url))
+        .await
+        .expect("connect");
+    wait_listening(&store, Duration::from_secs(5)).await;
+    store
+}
+
+pub async fn wait_listening(store: &PostgresStore, within: Duration) {
+    eventually(within, "the store's LISTEN", async || store.is_listening()).await;
 }
 
 pub fn key(n: u8) -> StoreKey {

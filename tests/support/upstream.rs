@@ -4,7 +4,8 @@
 //! - `x-mock-status: 503`: answer with that status.
 //! - `x-mock-delay-ms: 500`: wait before answering (after counting the execution).
 //! - `x-mock-body-bytes: N`: answer with N bytes of `a` instead of JSON.
-//! - `x-mock-chunks: N` + `x-mock-chunk-delay-ms: D`: stream N chunks D ms apart.
+//! - `x-mock-chunks: N` + `x-mock-chunk-delay-ms: D`: stream N chunks D ms apart
+//!   (`chunk0;chunk1;…`; with `x-mock-chunk-bytes: B` each is padded with `.` to B bytes).
 //! - `x-mock-stall-ms: D`: send the head and one chunk, then stall D ms before the rest.
 //! - `x-mock-reset: true`: count the execution, then drop the connection unanswered.
 //!
@@ -15,7 +16,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -35,6 +36,8 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When it arrived (its execution began).
+    pub at: Instant,
 }
 
 #[derive(Default)]
@@ -154,6 +157,7 @@ async fn handle(
         path: path.clone(),
         headers: parts.headers.clone(),
         body,
+        at: Instant::now(),
     });
     let delay = num(h, "x-mock-delay-ms");
     if delay > 0 {
@@ -176,6 +180,7 @@ async fn handle(
     let stall = num(h, "x-mock-stall-ms");
     if chunks > 0 || stall > 0 {
         let gap = Duration::from_millis(num(h, "x-mock-chunk-delay-ms"));
+        let pad_to = num(h, "x-mock-chunk-bytes") as usize;
         let n = chunks.max(2);
         let stream = futures_util::stream::unfold(0u64, move |i| async move {
             if i >= n {
@@ -186,10 +191,11 @@ async fn handle(
             } else if i > 0 {
                 tokio::time::sleep(gap).await;
             }
-            Some((
-                Ok::<_, Infallible>(Frame::data(Bytes::from(format!("chunk{i};")))),
-                i + 1,
-            ))
+            let mut chunk = format!("chunk{i};");
+            if chunk.len() < pad_to {
+                chunk.push_str(&".".repeat(pad_to - chunk.len()));
+            }
+            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), i + 1))
         });
         let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
         *r.status_mut() = status;

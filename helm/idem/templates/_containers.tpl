@@ -33,6 +33,13 @@
           name: {{ .Values.redis.existingSecret }}
           key: {{ .Values.redis.existingSecretUrlKey }}
     {{- end }}
+    {{- if include "idem.postgresInUse" . }}
+    - name: IDEM_POSTGRES_URL
+      valueFrom:
+        secretKeyRef:
+          name: {{ .Values.postgres.existingSecret }}
+          key: {{ .Values.postgres.existingSecretUrlKey }}
+    {{- end }}
     {{- with include "idem.adminTokenRef" . }}
     {{- $ref := splitList "/" . }}
     - name: IDEM_ADMIN_TOKEN
@@ -88,6 +95,11 @@
     - name: idem-config
       mountPath: /etc/idem
       readOnly: true
+    {{- if .Values.redis.tls.caSecret }}
+    - name: idem-redis-ca
+      mountPath: /etc/idem-redis-ca
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* The user's application container. */}}

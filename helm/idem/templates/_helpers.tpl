@@ -71,6 +71,10 @@ true
 {{- if eq (include "idem.storeBackend" .) "redis" }}true{{ end -}}
 {{- end }}
 
+{{- define "idem.postgresInUse" -}}
+{{- if eq (include "idem.storeBackend" .) "postgres" }}true{{ end -}}
+{{- end }}
+
 {{- define "idem.storeBackend" -}}
 {{- (.Values.idem.config.store | default dict).backend | default "memory" -}}
 {{- end }}
@@ -136,7 +140,8 @@ ${IDEM_REDIS_URL}
 
 {{/*
 The whole idem configuration file. Sections in the order of SPEC section 3; the chart
-owns listen, admin, upstream.url and store.redis.url, everything else is idem.config.
+owns listen, admin, upstream.url, store.redis.url and store.postgres.url, everything else
+is idem.config.
 */}}
 {{- define "idem.configFile" -}}
 {{- $c := .Values.idem.config -}}
@@ -158,7 +163,7 @@ upstream:
   {{- end }}
 store:
   backend: {{ include "idem.storeBackend" . }}
-  {{- with omit $store "backend" "redis" }}
+  {{- with omit $store "backend" "redis" "postgres" }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
   {{- if or (include "idem.redisInUse" .) $store.redis }}
@@ -167,6 +172,19 @@ store:
     url: {{ include "idem.redisUrl" . | quote }}
     {{- end }}
     {{- with omit ($store.redis | default dict) "url" }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- if and .Values.redis.tls.caSecret (not ($store.redis | default dict).tls) }}
+    tls:
+      ca_file: {{ printf "/etc/idem-redis-ca/%s" .Values.redis.tls.caKey | quote }}
+    {{- end }}
+  {{- end }}
+  {{- if or (include "idem.postgresInUse" .) $store.postgres }}
+  postgres:
+    {{- if include "idem.postgresInUse" . }}
+    url: "${IDEM_POSTGRES_URL}"
+    {{- end }}
+    {{- with omit ($store.postgres | default dict) "url" }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   {{- end }}
@@ -223,7 +241,10 @@ routes:
 {{- fail (printf "sidecar.mode=native needs Kubernetes >= 1.29 (native sidecar containers); this cluster is %s. Set sidecar.mode=container." .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
 {{- if and (eq $backend "memory") (gt (int .Values.replicaCount) 1) -}}
-{{- fail (printf "idem.config.store.backend=memory keeps idempotency keys inside each pod: with replicaCount=%d a repeat that lands on another pod executes again. Use the Redis store (idem.config.store.backend=redis and redis.url) or replicaCount=1." (int .Values.replicaCount)) -}}
+{{- fail (printf "idem.config.store.backend=memory keeps idempotency keys inside each pod: with replicaCount=%d a repeat that lands on another pod executes again. Use a shared store (idem.config.store.backend=redis and redis.url, or postgres and postgres.existingSecret) or replicaCount=1." (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and (eq $backend "postgres") (not .Values.postgres.existingSecret) -}}
+{{- fail "idem.config.store.backend=postgres needs postgres.existingSecret: the Secret whose key postgres.existingSecretUrlKey holds the URL (postgres://user:password@host:5432/db?sslmode=verify-full)." -}}
 {{- end -}}
 {{- if eq $backend "redis" -}}
 {{- $r := .Values.redis -}}

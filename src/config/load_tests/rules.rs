@@ -232,3 +232,33 @@ fn sections_are_validated() {
     // An unused Redis section is not checked against the Redis client.
     ok(&format!("{MINIMAL}store:\n  redis:\n    url: bogus\n"));
 }
+
+#[test]
+fn postgres_section_is_validated() {
+    let pg = |body: &str| format!("{MINIMAL}store:\n  backend: postgres\n  postgres:\n{body}");
+    has(
+        &errors(&pg("    url: postgres://h/db?sslmode=sometimes\n")),
+        "store.postgres.url: invalid sslmode \"sometimes\"",
+    );
+    has(
+        &errors(&pg("    table: \"records; drop table x\"\n")),
+        "store.postgres.table: invalid table name",
+    );
+    has(
+        &errors(&pg("    pool_size: 0\n")),
+        "store.postgres.pool_size: must be greater than 0",
+    );
+    has(&errors(&pg("    port: 5432\n")), "store.postgres");
+    let c = ok(&pg(
+        "    url: postgres://idem:pw@10.0.0.1:5432,10.0.0.2:5432/idem?target_session_attrs=read-write&sslmode=verify-full\n    table: idem_intents\n    pool_size: 4\n    op_timeout: 1s\n",
+    ));
+    assert_eq!(c.store.backend, crate::config::Backend::Postgres);
+    assert_eq!(
+        (c.store.postgres.table.as_str(), c.store.postgres.pool_size),
+        ("idem_intents", 4)
+    );
+    assert_eq!(
+        c.store.postgres.op_timeout,
+        std::time::Duration::from_secs(1)
+    );
+}

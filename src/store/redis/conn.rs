@@ -1,39 +1,63 @@
-//! The command connection: a multiplexed `ConnectionManager`, plus a health loop that
-//! keeps it connected when no request is flowing.
+//! The command connection: one multiplexed link per mode (a `ConnectionManager` to the
+//! server or the sentinels' current master, or a `ClusterConnection`), plus a health
+//! loop that keeps it connected when no request is flowing.
 //!
 //! `ConnectionManager` reconnects by itself, but only when a command fails with a
 //! dropped connection, and it gives up for good after a handshake error that is not an
 //! I/O error (e.g. `LOADING` while Redis restarts, or an ACL change). So:
-//! - the manager is created *lazily*: idem starts even when Redis is down;
+//! - the link is created *lazily*: idem starts even when Redis is down;
 //! - the health loop PINGs it every second (every 250 ms while failing), which both
-//!   triggers the manager's reconnect without traffic and notices recovery;
-//! - after [`REPLACE_AFTER`] consecutive failed PINGs the manager is replaced by a fresh
-//!   one, which also covers half-open TCP connections that never report an error.
+//!   triggers the reconnect without traffic and notices recovery;
+//! - after [`REPLACE_AFTER`] consecutive failed PINGs the link is replaced by a fresh
+//!   one, which also covers half-open TCP connections that never report an error;
+//! - in Sentinel mode every tick first asks the sentinels where the master is and moves
+//!   the link when it changed (`sentinel.rs`); a store operation that failed in a way a
+//!   failover explains ([`Conn::suspect`]) wakes the loop at once.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Client;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterConfig;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use tokio::sync::Notify;
 use tokio::time::{sleep, timeout};
 
+use super::target::Target;
 use crate::store::StoreError;
 
 const HEALTHY_INTERVAL: Duration = Duration::from_secs(1);
 const FAILING_INTERVAL: Duration = Duration::from_millis(250);
-/// Consecutive failed health PINGs before the manager is thrown away and rebuilt.
+/// Consecutive failed health PINGs before the link is thrown away and rebuilt.
 const REPLACE_AFTER: u32 = 8;
 
-/// A replaceable handle to one multiplexed connection.
+/// One multiplexed connection of whichever mode; clones share it.
+#[derive(Clone)]
+pub(super) enum Link {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    /// Sentinel mode before any sentinel named the master.
+    Down,
+}
+
+/// A replaceable handle to one [`Link`].
 pub(super) struct Conn {
-    client: Client,
+    target: Target,
     config: ConnectionManagerConfig,
-    /// Read on every operation (a cheap `Arc` clone), written only by the health loop.
-    current: RwLock<ConnectionManager>,
+    op_timeout: Duration,
+    /// Read on every operation (a cheap clone), written only by the health loop.
+    current: RwLock<(Link, Option<(String, u16)>)>,
+    /// Wakes the health loop early (shared by every `Conn` of one store).
+    suspect: Arc<Notify>,
 }
 
 impl Conn {
-    pub(super) fn new(client: Client, op_timeout: Duration) -> Result<Conn, StoreError> {
+    pub(super) fn new(
+        target: Target,
+        op_timeout: Duration,
+        suspect: Arc<Notify>,
+    ) -> Result<Conn, StoreError> {
         let config = ConnectionManagerConfig::new()
             // Operations are bounded by `op_timeout` in `RedisStore`; a response timeout
             // here would only duplicate it (and does not trigger a reconnect).
@@ -44,53 +68,154 @@ impl Conn {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let manager = lazy(&client, &config)?;
-        Ok(Conn {
-            client,
+        let conn = Conn {
+            target,
             config,
-            current: RwLock::new(manager),
-        })
+            op_timeout,
+            current: RwLock::new((Link::Down, None)),
+            suspect,
+        };
+        let link = conn.fresh(None)?;
+        *conn.current.write().unwrap_or_else(|e| e.into_inner()) = (link, None);
+        Ok(conn)
     }
 
-    /// The current manager (clones share the connection).
-    pub(super) fn manager(&self) -> ConnectionManager {
+    /// The current link (clones share the connection).
+    pub(super) fn link(&self) -> Link {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .0
             .clone()
     }
 
+    /// An operation failed in a way a master failover explains (connection lost,
+    /// `READONLY`): check where the master is now rather than at the next tick.
+    pub(super) fn suspect(&self, e: &RedisError) {
+        let moved = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if moved && matches!(self.target, Target::Sentinel(_)) {
+            self.suspect.notify_one();
+        }
+    }
+
+    /// A new lazy link; in Sentinel mode to `master` (or `Down` if none is known).
+    fn fresh(&self, master: Option<&(String, u16)>) -> Result<Link, StoreError> {
+        let manager = |client: &redis::Client| {
+            ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone())
+                .map(Link::Single)
+                .map_err(|e| StoreError::Unavailable(format!("redis connection setup: {e}")))
+        };
+        match (&self.target, master) {
+            (Target::Standalone(client), _) => manager(client),
+            (Target::Cluster(client), _) => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(self.op_timeout.max(Duration::from_secs(1)));
+                Ok(Link::Cluster(
+                    client.get_pending_async_connection_with_config(config),
+                ))
+            }
+            (Target::Sentinel(sentinels), Some((host, port))) => {
+                manager(&sentinels.master_client(host, *port)?)
+            }
+            (Target::Sentinel(_), None) => Ok(Link::Down),
+        }
+    }
+
     fn replace(&self) -> Result<(), StoreError> {
-        let fresh = lazy(&self.client, &self.config)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        let master = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone();
+        let link = self.fresh(master.as_ref())?;
+        self.current.write().unwrap_or_else(|e| e.into_inner()).0 = link;
         Ok(())
     }
 
-    async fn ping(&self, op_timeout: Duration) -> Result<(), String> {
-        let mut manager = self.manager();
+    /// Sentinel mode: move the link if the sentinels name another master.
+    pub(super) async fn follow_master(&self) -> Result<(), String> {
+        let Target::Sentinel(sentinels) = &self.target else {
+            return Ok(());
+        };
+        let addr = sentinels.master_addr().await.map_err(|e| e.to_string())?;
+        let known = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone();
+        if known.as_ref() == Some(&addr) {
+            return Ok(());
+        }
+        let link = self.fresh(Some(&addr)).map_err(|e| e.to_string())?;
+        tracing::info!(host = %addr.0, port = addr.1, previous = ?known.map(|k| k.1),
+            "following the redis master named by the sentinels");
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = (link, Some(addr));
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), String> {
+        self.follow_master().await?;
+        let mut link = self.link();
         let ping = redis::cmd("PING");
-        match timeout(op_timeout, ping.query_async::<String>(&mut manager)).await {
+        match timeout(self.op_timeout, ping.query_async::<String>(&mut link)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no PONG within {op_timeout:?}")),
+            Err(_) => Err(format!("no PONG within {:?}", self.op_timeout)),
         }
     }
 }
 
-fn lazy(
-    client: &Client,
-    config: &ConnectionManagerConfig,
-) -> Result<ConnectionManager, StoreError> {
-    ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-        .map_err(|e| StoreError::Unavailable(format!("redis connection setup: {e}")))
+// === impl Link ===
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::Single(c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+            Link::Down => Box::pin(async { Err(no_master()) }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Down => Box::pin(async { Err(no_master()) }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Single(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+            Link::Down => 0,
+        }
+    }
+}
+
+fn no_master() -> RedisError {
+    RedisError::from((
+        ErrorKind::Io,
+        "no redis master known yet (asking the sentinels)",
+    ))
 }
 
 /// Keeps every connection in `conns` alive; runs until aborted by the store's guard.
-pub(super) async fn health(conns: Vec<Arc<Conn>>, op_timeout: Duration) {
+pub(super) async fn health(conns: Vec<Arc<Conn>>, suspect: Arc<Notify>) {
     let mut failures = vec![0u32; conns.len()];
     loop {
         for (conn, failures) in conns.iter().zip(failures.iter_mut()) {
-            match conn.ping(op_timeout).await {
+            match conn.ping().await {
                 Ok(()) if *failures > 0 => {
                     tracing::info!(after_failed_pings = *failures, "redis reachable again");
                     *failures = 0;
@@ -102,7 +227,7 @@ pub(super) async fn health(conns: Vec<Arc<Conn>>, op_timeout: Duration) {
                         tracing::warn!(error = %e, "redis unreachable; reconnecting in the background");
                     }
                     if *failures % REPLACE_AFTER == 0 {
-                        tracing::debug!("replacing the redis connection manager");
+                        tracing::debug!("replacing the redis connection");
                         if let Err(e) = conn.replace() {
                             tracing::warn!(error = %e, "cannot rebuild the redis connection");
                         }
@@ -111,12 +236,15 @@ pub(super) async fn health(conns: Vec<Arc<Conn>>, op_timeout: Duration) {
             }
         }
         let failing = failures.iter().any(|&f| f > 0);
-        sleep(if failing {
+        let pause = if failing {
             FAILING_INTERVAL
         } else {
             HEALTHY_INTERVAL
-        })
-        .await;
+        };
+        tokio::select! {
+            _ = sleep(pause) => {}
+            _ = suspect.notified() => {}
+        }
     }
 }
 

@@ -1,33 +1,45 @@
-//! Redis backend (standalone; Cluster and Sentinel are later variants of [`connect`]).
+//! Redis backend: standalone, Cluster and Sentinel (`store.redis.mode`).
 //!
-//! - Store key: `key_prefix` + hex(`StoreKey`). Event channel: `{key_prefix}events`.
-//! - Every operation is one round trip, bounded by `op_timeout` ([`StoreError::Timeout`]);
-//!   any Redis or connection error is [`StoreError::Unavailable`].
-//! - Commands share one multiplexed, self-reconnecting connection per handle built by
-//!   `connect` (`conn.rs`; each worker thread has its own); wake-ups come from one
-//!   pub/sub subscription per process, shared through [`Events`] (`subscriber.rs`).
-//!   Both start in the background: [`RedisStore::connect`] succeeds even while Redis is
-//!   down.
+//! - Names: `keys.rs` (hash-tagged in cluster mode, so a record and its wake-up channel
+//!   share one slot). Every operation is one round trip on the key's node, bounded by
+//!   `op_timeout` ([`StoreError::Timeout`]); any Redis or connection error is
+//!   [`StoreError::Unavailable`].
+//! - Commands share one multiplexed, self-reconnecting link per handle (`conn.rs`;
+//!   each worker thread has its own), which in Sentinel mode follows the master through
+//!   a failover (`sentinel.rs`) and in cluster mode follows MOVED/ASK and failovers
+//!   (redis-rs `ClusterConnection`). Wake-ups come from one subscription per process,
+//!   shared through [`Events`] (`subscriber.rs`, `sharded.rs`). Everything connects in
+//!   the background: [`RedisStore::connect`] succeeds even while Redis is down.
+//! - `wait_replicas: N` makes reservations and completions wait for N replica acks
+//!   (see [`RedisStore::reserve`]).
 //!
 //! [`connect`]: RedisStore::connect
 
 mod conn;
+mod keys;
+mod local;
 mod scripts;
+mod sentinel;
+mod sharded;
 mod subscriber;
+mod target;
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::{
-    Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisResult, RedisWrite, Script, ToRedisArgs,
-};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, FromRedisValue, RedisResult, RedisWrite, ToRedisArgs, Value};
+use tokio::sync::Notify;
 use tokio::time::timeout;
 
-use self::conn::Conn;
+use self::conn::{Conn, Link};
+use self::keys::Layout;
+use self::local::Lookup;
+use self::scripts::{Fenced, Scripts};
 pub use self::subscriber::Events;
+use self::target::Target;
 use super::encode::{encode_into, encoded_size_hint};
 use super::record::decode;
 use super::task::AbortOnDrop;
@@ -39,10 +51,12 @@ use crate::key::StoreKey;
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Arc<Conn>,
-    /// With `wait_replicas > 0`, reservations and their `WAIT` use a connection of their
-    /// own (see [`RedisStore::reserve`]); otherwise this is `conn`.
-    reserve_conn: Arc<Conn>,
-    prefix: Arc<str>,
+    /// With `wait_replicas > 0`, the writes followed by `WAIT` (reservations and
+    /// completions) use a connection of their own: `WAIT` blocks its whole connection,
+    /// so a lagging replica must not hold up lease renewals or reads. Otherwise `conn`.
+    wait_conn: Arc<Conn>,
+    layout: Layout,
+    scripts: &'static Scripts,
     op_timeout: Duration,
     wait_replicas: u32,
     events: Events,
@@ -52,9 +66,9 @@ pub struct RedisStore {
 
 impl RedisStore {
     /// Builds the store with a subscription of its own and starts its background tasks.
-    /// Fails only on configuration problems (bad URL, unsupported mode); an unreachable
-    /// Redis is logged and retried in the background while operations fail with
-    /// `Unavailable` or `Timeout`.
+    /// Fails only on configuration problems (bad URL, unreadable CA file); an
+    /// unreachable Redis is logged and retried in the background while operations fail
+    /// with `Unavailable` or `Timeout`.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
         RedisStore::connect_sharing(cfg, &RedisStore::subscribe(cfg)?).await
     }
@@ -62,9 +76,13 @@ impl RedisStore {
     /// Starts the event subscription that [`RedisStore::connect_sharing`] handles share:
     /// one per process, however many worker threads have a connection of their own.
     pub fn subscribe(cfg: &RedisConfig) -> Result<Events, StoreError> {
-        let client = client(cfg)?;
-        let channel = format!("{}events", cfg.key_prefix);
-        Ok(Events::start(client, &channel, cfg.op_timeout))
+        let target = Target::new(cfg)?;
+        let layout = Layout::new(&cfg.key_prefix, cfg.mode == RedisMode::Cluster);
+        let sharded = match cfg.mode {
+            RedisMode::Cluster => Some(target::cluster_builder(cfg, &target::certificates(cfg)?)?),
+            _ => None,
+        };
+        Ok(Events::start(target, sharded, layout, cfg.op_timeout))
     }
 
     /// A store with its own command connection(s), started on the current runtime, and
@@ -73,24 +91,37 @@ impl RedisStore {
         cfg: &RedisConfig,
         events: &Events,
     ) -> Result<RedisStore, StoreError> {
-        let client = client(cfg)?;
-        let conn = Arc::new(Conn::new(client.clone(), cfg.op_timeout)?);
-        let reserve_conn = match cfg.wait_replicas {
+        let target = Target::new(cfg)?;
+        let suspect = Arc::new(Notify::new());
+        let conn = Arc::new(Conn::new(target.clone(), cfg.op_timeout, suspect.clone())?);
+        let wait_conn = match cfg.wait_replicas {
             0 => conn.clone(),
-            _ => Arc::new(Conn::new(client, cfg.op_timeout)?),
+            _ => Arc::new(Conn::new(target, cfg.op_timeout, suspect.clone())?),
         };
         let mut conns = vec![conn.clone()];
-        if !Arc::ptr_eq(&conn, &reserve_conn) {
-            conns.push(reserve_conn.clone());
+        if !Arc::ptr_eq(&conn, &wait_conn) {
+            conns.push(wait_conn.clone());
+        }
+        for c in &conns {
+            // Sentinel mode: learn the master now rather than at the first health tick.
+            if let Err(e) = c.follow_master().await {
+                tracing::warn!(error = %e, "redis master not known yet; asking again in the background");
+            }
         }
         let tasks = [
-            AbortOnDrop(tokio::spawn(conn::health(conns, cfg.op_timeout))),
+            AbortOnDrop(tokio::spawn(conn::health(conns, suspect))),
             AbortOnDrop(tokio::spawn(conn::keep_a_timer_near(cfg.op_timeout))),
         ];
+        let layout = events.layout.clone();
         let store = RedisStore {
             conn,
-            reserve_conn,
-            prefix: cfg.key_prefix.as_str().into(),
+            wait_conn,
+            scripts: if layout.sharded() {
+                &scripts::SHARDED
+            } else {
+                &scripts::PLAIN
+            },
+            layout,
             op_timeout: cfg.op_timeout,
             wait_replicas: cfg.wait_replicas,
             events: events.clone(),
@@ -111,48 +142,89 @@ impl RedisStore {
     /// `SET key value NX GET PX lease`: one round trip that both reserves and, for a
     /// loser, returns the existing record (Redis ≥ 7.0).
     ///
-    /// With `wait_replicas = N > 0`, a winner then sends `WAIT N op_timeout`, so the
-    /// reservation is on N replicas before the upstream is called and survives a
-    /// failover. Trade-offs: every reservation costs a second round trip and up to
-    /// `op_timeout` more while replicas lag; too few acks are only logged (refusing the
-    /// request would turn a replica outage into a proxy outage; the reservation is in
-    /// place on the primary either way). `WAIT` blocks its whole client connection, so
-    /// reservations then use a connection of their own: a lagging replica slows new
-    /// reservations but never completions or lease renewals.
+    /// If the existing record carries this reservation's own fencing token, the command
+    /// was retried by the client layer after its first reply was lost (a reconnect, a
+    /// cluster redirect): the reservation is ours, so it is won, not a duplicate.
+    ///
+    /// With `wait_replicas = N > 0`, a winner then sends `WAIT N op_timeout` on the
+    /// key's node, so the reservation is on N replicas before the upstream is called and
+    /// survives a failover. Too few acks are a store error (the caller refuses or
+    /// degrades per `on_error`), after a best-effort release of the reservation so a
+    /// retry is not locked out for the whole lease.
+    ///
+    /// Concurrent reservations of one key in this process are coalesced (`local.rs`):
+    /// one goes to Redis and the others take its outcome, and a key this process owns
+    /// is answered from memory.
     pub async fn reserve(
         &self,
         key: &StoreKey,
         record: &Record,
         lease: Duration,
     ) -> Result<Reserve, StoreError> {
-        let mut conn = self.reserve_conn.manager();
+        // A record with our own token is ours (a retried call), as in `reserve_in_redis`.
+        let exists = |existing: Record| match existing.token == record.token {
+            true => Reserve::Won,
+            false => Reserve::Exists(existing),
+        };
+        match self.events.local.lookup(key) {
+            Lookup::Known(existing) => Ok(exists(existing)),
+            Lookup::Follow(mut outcome) => {
+                // The leader's round trip is bounded (op_timeout, and as long again
+                // for WAIT). If it failed or was cancelled, go to Redis ourselves: one
+                // slow reply must not fail a whole storm of duplicates at once.
+                let bound = self.op_timeout * 3;
+                let shared = timeout(bound, outcome.wait_for(Option::is_some)).await;
+                match shared.ok().and_then(|r| r.ok()).and_then(|o| o.clone()) {
+                    Some(Ok(existing)) => Ok(exists(existing)),
+                    _ => self.reserve_in_redis(key, record, lease).await,
+                }
+            }
+            Lookup::Lead(leader) => {
+                let result = self.reserve_in_redis(key, record, lease).await;
+                match &result {
+                    Ok(Reserve::Won) => leader.won(record),
+                    Ok(Reserve::Exists(existing)) => leader.exists(existing),
+                    Err(e) => leader.failed(e),
+                }
+                result
+            }
+        }
+    }
+
+    async fn reserve_in_redis(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        lease: Duration,
+    ) -> Result<Reserve, StoreError> {
+        let mut link = self.wait_conn.link();
+        let store_key = self.layout.store_key(key);
         let mut cmd = command("SET", Some(record));
-        cmd.arg(&self.store_key(key)[..])
+        cmd.arg(&store_key[..])
             .arg(Encoded(record))
             .arg("NX")
             .arg("GET")
             .arg("PX")
             .arg(millis(lease));
-        let existing: Option<Vec<u8>> = self.bounded(cmd.query_async(&mut conn)).await?;
+        let existing: Option<Vec<u8>> = self
+            .bounded(&self.wait_conn, cmd.query_async(&mut link))
+            .await?;
         if let Some(bytes) = existing {
-            return Ok(Reserve::Exists(decode(&bytes)?));
-        }
-        if self.wait_replicas > 0 {
-            let mut wait = redis::cmd("WAIT");
-            wait.arg(self.wait_replicas).arg(millis(self.op_timeout));
-            // Redis answers WAIT itself after `op_timeout`; allow it that long plus one.
-            let acked = timeout(self.op_timeout * 2, wait.query_async::<u32>(&mut conn)).await;
-            match acked {
-                Ok(Ok(n)) if n >= self.wait_replicas => {}
-                Ok(Ok(n)) => tracing::warn!(acked = n, wanted = self.wait_replicas, key = %key,
-                    "reservation not yet on enough replicas; a failover now could lose it"),
-                Ok(Err(e)) => tracing::warn!(error = %e, key = %key, "WAIT for replicas failed"),
-                Err(_) => tracing::warn!(key = %key, "WAIT for replicas timed out"),
+            let existing = decode(&bytes)?;
+            if existing.token != record.token {
+                return Ok(Reserve::Exists(existing));
             }
+        }
+        if let Err(e) = self.wait_for_replicas(&mut link, &store_key).await {
+            let _ = self.release_if_owner(key, &record.token).await;
+            return Err(e);
         }
         Ok(Reserve::Won)
     }
 
+    /// Overwrites the record while it carries `owner`'s token. Every write but a lease
+    /// renewal (a completion, or a takeover starting a new attempt) then waits for
+    /// `wait_replicas` acks, like a reservation.
     pub async fn replace_if_owner(
         &self,
         key: &StoreKey,
@@ -161,15 +233,46 @@ impl RedisStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.conn.manager();
-        let script = &*scripts::REPLACE_IF_OWNER;
-        let mut cmd = evalsha(script, &self.store_key(key), Some(record));
-        cmd.arg(&owner.hex()[..])
-            .arg(Encoded(record))
-            .arg(millis(ttl))
-            .arg(if notify { &*self.events.channel } else { "" })
-            .arg(&key.hex()[..]);
-        let replaced: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
+        let renewal = !record.is_completed() && record.token == *owner;
+        let conn = if renewal { &self.conn } else { &self.wait_conn };
+        let mut link = conn.link();
+        let script = &self.scripts.replace_if_owner;
+        let store_key = self.layout.store_key(key);
+        let channel = notify.then(|| self.layout.channel(key));
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(&owner.hex()[..])
+                .arg(Encoded(record))
+                .arg(millis(ttl))
+                .arg(channel.as_deref().unwrap_or(""))
+                .arg(&key.hex()[..]);
+        };
+        let acked = async {
+            let replaced: i64 = self
+                .bounded(
+                    conn,
+                    eval(&mut link, script, &store_key, Some(record), args),
+                )
+                .await?;
+            if replaced == 1 && !renewal {
+                self.wait_for_replicas(&mut link, &store_key).await?;
+            }
+            Ok(replaced)
+        };
+        let replaced = match acked.await {
+            Ok(replaced) => replaced,
+            Err(e) => {
+                // The write may still land (a timeout is not a refusal): what this
+                // process remembers of the key can no longer be trusted, so duplicates
+                // ask Redis again instead of being told "in progress" from memory.
+                self.events.local.forget(key);
+                return Err(e);
+            }
+        };
+        match replaced {
+            1 => self.events.local.written(key, owner, record),
+            // Not (or no longer) ours: whatever this process remembers of it is stale.
+            _ => self.events.local.forget(key),
+        }
         if replaced == 1 && notify {
             // Local waiters need not wait for the round trip through pub/sub.
             self.events.watchers.notify(key);
@@ -182,13 +285,19 @@ impl RedisStore {
         key: &StoreKey,
         owner: &Token,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.conn.manager();
-        let script = &*scripts::RELEASE_IF_OWNER;
-        let mut cmd = evalsha(script, &self.store_key(key), None);
-        cmd.arg(&owner.hex()[..])
-            .arg(&*self.events.channel)
-            .arg(&key.hex()[..]);
-        let released: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
+        let mut link = self.conn.link();
+        let script = &self.scripts.release_if_owner;
+        let store_key = self.layout.store_key(key);
+        let channel = self.layout.channel(key);
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(&owner.hex()[..]).arg(&*channel).arg(&key.hex()[..]);
+        };
+        let released = self
+            .bounded(&self.conn, eval(&mut link, script, &store_key, None, args))
+            .await;
+        // Forgotten whatever the answer: even a timed-out release may have landed.
+        self.events.local.forget(key);
+        let released: i64 = released?;
         if released == 1 {
             self.events.watchers.notify(key);
         }
@@ -196,20 +305,29 @@ impl RedisStore {
     }
 
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        let mut conn = self.conn.manager();
+        let mut link = self.conn.link();
         let mut cmd = redis::cmd("GET");
-        cmd.arg(&self.store_key(key)[..]);
-        let bytes: Option<Vec<u8>> = self.bounded(cmd.query_async(&mut conn)).await?;
+        cmd.arg(&self.layout.store_key(key)[..]);
+        let bytes: Option<Vec<u8>> = self.bounded(&self.conn, cmd.query_async(&mut link)).await?;
         bytes.map(|b| decode(&b)).transpose()
     }
 
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        let mut conn = self.conn.manager();
-        let script = &*scripts::DELETE;
-        let mut cmd = evalsha(script, &self.store_key(key), None);
-        cmd.arg(&*self.events.channel).arg(&key.hex()[..]);
-        let deleted: i64 = self.bounded(eval(&mut conn, script, &cmd)).await?;
+        let mut link = self.conn.link();
+        let script = &self.scripts.delete;
+        let store_key = self.layout.store_key(key);
+        let channel = self.layout.channel(key);
+        // The suffix tells every replica to drop what it remembers of the key.
+        let mut message = key.hex().to_vec();
+        message.extend_from_slice(subscriber::DELETED);
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(&*channel).arg(&message[..]);
+        };
+        let deleted: i64 = self
+            .bounded(&self.conn, eval(&mut link, script, &store_key, None, args))
+            .await?;
         if deleted == 1 {
+            self.events.local.forget(key);
             self.events.watchers.notify(key);
         }
         Ok(deleted == 1)
@@ -220,46 +338,67 @@ impl RedisStore {
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.manager();
+        let mut link = self.conn.link();
         let ping = redis::cmd("PING");
-        self.bounded(ping.query_async::<String>(&mut conn))
+        self.bounded(&self.conn, ping.query_async::<String>(&mut link))
             .await
             .map(drop)
     }
 
-    /// `key_prefix` + hex(`key`).
-    fn store_key(&self, key: &StoreKey) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.prefix.len() + 64);
-        out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(&key.hex());
-        out
+    /// `WAIT wait_replicas op_timeout` on the node that holds `store_key`, over the link
+    /// that just wrote it (`WAIT` counts that connection's writes). Fewer acks than
+    /// asked for is a store error: a failover now could lose the write.
+    async fn wait_for_replicas(&self, link: &mut Link, store_key: &[u8]) -> Result<(), StoreError> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.wait_replicas).arg(millis(self.op_timeout));
+        let acked = async {
+            let value = match link {
+                Link::Cluster(cluster) => {
+                    let route = Route::with_key(store_key, SlotAddr::Master);
+                    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    cluster.route_command(wait, to).await?
+                }
+                _ => wait.query_async::<Value>(link).await?,
+            };
+            Ok::<_, redis::RedisError>(u32::from_redis_value(value)?)
+        };
+        // Redis answers WAIT itself after `op_timeout`; allow it that long plus one.
+        let bound = self.op_timeout * 2;
+        match timeout(bound, acked).await {
+            Ok(Ok(n)) if n >= self.wait_replicas => Ok(()),
+            Ok(Ok(n)) => Err(StoreError::Unavailable(format!(
+                "only {n} of {} replicas acknowledged the write within {:?} (wait_replicas)",
+                self.wait_replicas, self.op_timeout
+            ))),
+            Ok(Err(e)) => {
+                self.wait_conn.suspect(&e);
+                Err(StoreError::Unavailable(format!(
+                    "WAIT for replicas failed: {e}"
+                )))
+            }
+            Err(_) => Err(StoreError::Timeout(bound)),
+        }
     }
 
-    /// Bounds a Redis call by `op_timeout` and maps its errors.
-    async fn bounded<T>(&self, op: impl Future<Output = RedisResult<T>>) -> Result<T, StoreError> {
+    /// Bounds a Redis call by `op_timeout` and maps its errors; an error a failover
+    /// explains makes `conn` look for the master again at once.
+    async fn bounded<T>(
+        &self,
+        conn: &Conn,
+        op: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T, StoreError> {
         match timeout(self.op_timeout, op).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Ok(Err(e)) => {
+                conn.suspect(&e);
+                Err(StoreError::Unavailable(e.to_string()))
+            }
             Err(_) => Err(StoreError::Timeout(self.op_timeout)),
         }
     }
-}
-
-/// A client for the configured URL (no connection yet).
-fn client(cfg: &RedisConfig) -> Result<Client, StoreError> {
-    if cfg.mode != RedisMode::Standalone {
-        let msg = format!("redis mode {:?} is not supported yet", cfg.mode);
-        return Err(StoreError::Unavailable(msg));
-    }
-    crate::tls::install_crypto_provider();
-    let bad_url =
-        |e: redis::RedisError| StoreError::Unavailable(format!("cannot use redis url: {e}"));
-    let info = cfg.url.as_str().into_connection_info().map_err(bad_url)?;
-    // redis-rs leaves Nagle's algorithm on. Commands are small and pipelined; with Nagle
-    // the tail of a record that spans segments can wait for the server's delayed ACK
-    // (tens of milliseconds on a real network). Other Redis clients set TCP_NODELAY too.
-    let tcp = info.tcp_settings().clone().set_nodelay(true);
-    Client::open(info.set_tcp_settings(tcp)).map_err(bad_url)
 }
 
 /// A record as one command argument, encoded straight into the command's buffer (no
@@ -282,25 +421,27 @@ fn command(name: &str, carries: Option<&Record>) -> Cmd {
     cmd
 }
 
-/// `EVALSHA <sha> 1 <store key>`, to which the caller appends the script's ARGV.
-fn evalsha(script: &Script, store_key: &[u8], carries: Option<&Record>) -> Cmd {
-    let mut cmd = command("EVALSHA", carries);
-    cmd.arg(script.get_hash()).arg(1).arg(store_key);
-    cmd
-}
-
-/// Run an `EVALSHA` command; on `NOSCRIPT` (after a Redis restart or `SCRIPT FLUSH`)
-/// load the script and retry once. Building the command ourselves rather than through
-/// `ScriptInvocation` spares two copies of every argument (the record included).
+/// Runs a fenced script as `EVALSHA <sha> 1 <store key> ARGV...`; on `NOSCRIPT` (after
+/// a Redis restart or `SCRIPT FLUSH`, or a cluster node that never ran it) sends the
+/// same call as `EVAL <source>`, which also caches the script on that node. Building
+/// the command ourselves rather than through `ScriptInvocation` spares two copies of
+/// every argument (the record included).
 async fn eval<T: FromRedisValue>(
-    conn: &mut ConnectionManager,
-    script: &Script,
-    cmd: &Cmd,
+    link: &mut Link,
+    script: &Fenced,
+    store_key: &[u8],
+    carries: Option<&Record>,
+    args: impl Fn(&mut Cmd),
 ) -> RedisResult<T> {
-    match cmd.query_async(conn).await {
+    let call = |verb: &str, body: &str| {
+        let mut cmd = command(verb, carries);
+        cmd.arg(body).arg(1).arg(store_key);
+        args(&mut cmd);
+        cmd
+    };
+    match call("EVALSHA", &script.hash).query_async(link).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            cmd.query_async(conn).await
+            call("EVAL", &script.source).query_async(link).await
         }
         other => other,
     }

@@ -5,19 +5,52 @@
 //! run atomically on the server: no other command interleaves between the check and
 //! the write, which is what a bare `SET`/`EXPIRE`/`DEL` after a `GET` cannot promise.
 //!
-//! [`Script`] sends `EVALSHA` and falls back to loading the script on `NOSCRIPT`
-//! (after a Redis restart or `SCRIPT FLUSH`).
+//! The store sends `EVALSHA` and falls back to `EVAL` with the source on `NOSCRIPT`
+//! (after a Redis restart, `SCRIPT FLUSH`, or on a cluster node that never ran it).
+//!
+//! Wake-ups are published with `PUBLISH`, or in cluster mode with `SPUBLISH` on a shard
+//! channel in the record's own slot (see `keys.rs`): Redis lets a script publish only on
+//! a shard channel the node serves.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The three fenced scripts, for one way of publishing.
+pub(super) struct Scripts {
+    pub(super) replace_if_owner: Fenced,
+    pub(super) release_if_owner: Fenced,
+    pub(super) delete: Fenced,
+}
+
+/// A script's source and its SHA-1 (for `EVALSHA`).
+pub(super) struct Fenced {
+    pub(super) source: String,
+    pub(super) hash: String,
+}
+
+pub(super) static PLAIN: LazyLock<Scripts> = LazyLock::new(|| Scripts::with("PUBLISH"));
+pub(super) static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::with("SPUBLISH"));
+
+impl Scripts {
+    fn with(publish: &str) -> Scripts {
+        let script = |text: &str| {
+            let source = text.replace("'PUBLISH'", &format!("'{publish}'"));
+            let hash = Script::new(&source).get_hash().to_string();
+            Fenced { source, hash }
+        };
+        Scripts {
+            replace_if_owner: script(REPLACE_IF_OWNER),
+            release_if_owner: script(RELEASE_IF_OWNER),
+            delete: script(DELETE),
+        }
+    }
+}
+
 /// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` new record; `ARGV[3]` TTL
 /// in ms; `ARGV[4]` channel to notify, or `""` for a silent write (lease renewal);
 /// `ARGV[5]` message (the hex store key). Returns 1 if replaced, 0 if not the owner.
-pub(super) static REPLACE_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const REPLACE_IF_OWNER: &str = r"
 local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
@@ -27,15 +60,11 @@ if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return 1
-",
-    )
-});
+";
 
 /// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` channel; `ARGV[3]`
 /// message. Returns 1 if deleted (and published), 0 if not the owner.
-pub(super) static RELEASE_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const RELEASE_IF_OWNER: &str = r"
 local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
@@ -43,20 +72,14 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
-",
-    )
-});
+";
 
 /// Admin delete: `KEYS[1]` store key; `ARGV[1]` channel; `ARGV[2]` message. Returns 1
 /// if a record existed (and watchers were notified), else 0.
-pub(super) static DELETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const DELETE: &str = r"
 if redis.call('DEL', KEYS[1]) == 0 then
   return 0
 end
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1
-",
-    )
-});
+";

@@ -5,7 +5,9 @@
 //! Completions, releases and deletes `PUBLISH` the hex store key on
 //! `{key_prefix}events` from inside the same Lua script that writes, so every replica
 //! learns of a change within one network hop — no polling, and no waiter ever holds a
-//! command connection (the "waiters starve the writer" bug).
+//! command connection (the "waiters starve the writer" bug). In Sentinel mode the
+//! subscription asks the sentinels for the master each time it (re)connects; in cluster
+//! mode wake-ups are sharded (`keys.rs`) and `sharded.rs` subscribes instead.
 //!
 //! The subscription uses its own connection (`client.get_async_pubsub()`, which works
 //! with RESP2 and RESP3 alike) in a reconnect loop rather than RESP3 pushes on the
@@ -20,24 +22,29 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::PubSub;
-use redis::{Client, Msg};
+use redis::Msg;
 use tokio::time::{sleep, timeout};
 
 use super::super::task::AbortOnDrop;
+use super::keys::Layout;
+use super::local::Local;
+use super::target::Target;
 use crate::key::StoreKey;
 use crate::store::Watchers;
 
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
-const PING_INTERVAL: Duration = Duration::from_secs(5);
+pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(super) const PING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The shared half of every `RedisStore` handle of one process: the event channel's
 /// name, the watchers its messages wake, and the subscription task feeding them, which
 /// stops when the last handle drops.
 #[derive(Clone)]
 pub struct Events {
-    pub(super) channel: Arc<str>,
+    pub(super) layout: Layout,
     pub(super) watchers: Watchers,
+    /// What this process knows of keys without asking Redis (`local.rs`).
+    pub(super) local: Local,
     /// Set while the subscription is up (exposed as `RedisStore::is_subscribed`).
     pub(super) subscribed: Arc<AtomicBool>,
     _task: Arc<AbortOnDrop>,
@@ -46,30 +53,54 @@ pub struct Events {
 impl Events {
     /// Starts the subscription on the current runtime. It connects (and reconnects) in
     /// the background, so this succeeds while Redis is down.
-    pub(super) fn start(client: Client, channel: &str, op_timeout: Duration) -> Events {
+    pub(super) fn start(
+        target: Target,
+        sharded: Option<redis::cluster::ClusterClientBuilder>,
+        layout: Layout,
+        op_timeout: Duration,
+    ) -> Events {
         let watchers = Watchers::new();
+        let local = Local::default();
         let subscribed = Arc::new(AtomicBool::new(false));
-        let subscriber = Subscriber {
-            client,
-            channel: channel.to_string(),
-            watchers: watchers.clone(),
-            subscribed: subscribed.clone(),
-            timeout: op_timeout.max(Duration::from_secs(1)),
+        let timeout = op_timeout.max(Duration::from_secs(1));
+        let task = match sharded {
+            Some(builder) => tokio::spawn(super::sharded::run(
+                builder,
+                layout.all_channels(),
+                watchers.clone(),
+                local.clone(),
+                subscribed.clone(),
+                timeout,
+            )),
+            None => tokio::spawn(
+                Subscriber {
+                    target,
+                    channel: layout.all_channels().remove(0),
+                    watchers: watchers.clone(),
+                    local: local.clone(),
+                    subscribed: subscribed.clone(),
+                    timeout,
+                }
+                .run(),
+            ),
         };
         Events {
-            channel: channel.into(),
+            layout,
             watchers,
+            local,
             subscribed,
-            _task: Arc::new(AbortOnDrop(tokio::spawn(subscriber.run()))),
+            _task: Arc::new(AbortOnDrop(task)),
         }
     }
 }
 
 /// What the subscriber task needs; everything is shared with the store handles.
 struct Subscriber {
-    client: Client,
+    /// Standalone or Sentinel.
+    target: Target,
     channel: String,
     watchers: Watchers,
+    local: Local,
     subscribed: Arc<AtomicBool>,
     /// Bound for connecting, subscribing and health PINGs.
     timeout: Duration,
@@ -94,7 +125,7 @@ impl Subscriber {
                     self.subscribed.store(false, Ordering::Release);
                     tracing::warn!(channel = %self.channel, "redis subscription lost; resubscribing");
                 }
-                Ok(Err(e)) => self.log_failure(&mut failures, &e.to_string()),
+                Ok(Err(e)) => self.log_failure(&mut failures, &e),
                 Err(_) => self.log_failure(&mut failures, "timed out"),
             }
             sleep(backoff).await;
@@ -102,9 +133,22 @@ impl Subscriber {
         }
     }
 
-    async fn subscribe(&self) -> redis::RedisResult<PubSub> {
-        let mut pubsub = self.client.get_async_pubsub().await?;
-        pubsub.subscribe(&self.channel).await?;
+    async fn subscribe(&self) -> Result<PubSub, String> {
+        let client = match &self.target {
+            Target::Standalone(client) => client.clone(),
+            Target::Sentinel(sentinels) => {
+                let (host, port) = sentinels.master_addr().await.map_err(|e| e.to_string())?;
+                sentinels
+                    .master_client(&host, port)
+                    .map_err(|e| e.to_string())?
+            }
+            Target::Cluster(_) => return Err("cluster mode subscribes per shard".into()),
+        };
+        let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
+        pubsub
+            .subscribe(&self.channel)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(pubsub)
     }
 
@@ -130,20 +174,43 @@ impl Subscriber {
     }
 
     fn dispatch(&self, msg: &Msg) {
-        let mut key = [0u8; 32];
-        match hex::decode_to_slice(msg.get_payload_bytes(), &mut key) {
-            Ok(()) => self.watchers.notify(&StoreKey(key)),
-            Err(_) => tracing::debug!(channel = %self.channel, "ignoring malformed event"),
-        }
+        dispatch(&self.watchers, &self.local, msg.get_payload_bytes());
     }
 
     fn log_failure(&self, failures: &mut u32, error: &str) {
-        *failures += 1;
-        // Once per outage at warn level; the health loop reports the outage too.
-        if *failures == 1 {
-            tracing::warn!(channel = %self.channel, %error, "cannot subscribe to redis events; retrying");
-        } else {
-            tracing::debug!(channel = %self.channel, %error, failures = *failures, "redis subscribe failed");
+        log_failure(failures, error);
+    }
+}
+
+/// The suffix of an admin delete's event: replicas forget what they remember of the key.
+pub(super) const DELETED: &[u8] = b":deleted";
+
+/// Wakes the watchers of the key named by an event's payload (the key in hex, and
+/// [`DELETED`] after an admin delete).
+pub(super) fn dispatch(watchers: &Watchers, local: &Local, payload: &[u8]) {
+    let (hex, deleted) = match payload.strip_suffix(DELETED) {
+        Some(hex) => (hex, true),
+        None => (payload, false),
+    };
+    let mut key = [0u8; 32];
+    match hex::decode_to_slice(hex, &mut key) {
+        Ok(()) => {
+            let key = StoreKey(key);
+            if deleted {
+                local.forget(&key);
+            }
+            watchers.notify(&key);
         }
+        Err(_) => tracing::debug!("ignoring malformed redis event"),
+    }
+}
+
+/// Once per outage at warn level; the health loop reports the outage too.
+pub(super) fn log_failure(failures: &mut u32, error: &str) {
+    *failures += 1;
+    if *failures == 1 {
+        tracing::warn!(%error, "cannot subscribe to redis events; retrying");
+    } else {
+        tracing::debug!(%error, failures = *failures, "redis subscribe failed");
     }
 }

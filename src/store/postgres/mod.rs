@@ -1,0 +1,356 @@
+//! PostgreSQL backend: durable reservations in one table (SPEC §6).
+//!
+//! - One row per key (`sql.rs` has the table and every statement). Reservation,
+//!   completion, renewal and release are each one prepared statement, one round trip:
+//!   2 per fresh intent, 1 per replay, as on Redis. Every write after the reservation is
+//!   conditioned on the owner's fencing token, so a stale owner changes nothing.
+//! - Commits are as durable as the server makes them: with a synchronous standby
+//!   (`synchronous_commit = on`, `synchronous_standby_names`), an acknowledged
+//!   reservation or completion survives a failover to that standby.
+//! - Each worker thread has its own connection pool (deadpool-postgres), driven by its
+//!   own runtime; wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
+//!   per process (`listener.rs`), and one background task per process creates the table
+//!   and deletes expired rows in small batches (`maintenance.rs`).
+//! - A multi-host URL with `target_session_attrs=read-write` makes every new connection
+//!   find the current primary: after a failover the broken pooled connections are
+//!   dropped and their replacements connect to the promoted standby.
+//! - Every operation is bounded by `op_timeout` ([`StoreError::Timeout`]); any database
+//!   or connection error is [`StoreError::Unavailable`].
+
+mod listener;
+mod maintenance;
+mod sql;
+mod target;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::time::timeout;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+pub use self::listener::Events;
+pub use self::sql::check_table_name;
+use self::sql::Sql;
+pub use self::target::Target;
+use super::encode::encode;
+use super::record::decode;
+use super::task::AbortOnDrop;
+use super::{Record, RecordState, Reserve, StoreError, Token, Watch};
+use crate::config::PostgresConfig;
+use crate::key::StoreKey;
+
+/// Reservation statements run when one comes back empty (see `Sql::reserve`) before
+/// giving up; each retry sees the rows committed before it started.
+const RESERVE_ATTEMPTS: usize = 4;
+
+/// The process-wide part: the `LISTEN` connection, the maintenance task, and what each
+/// worker needs to build its pool. Handles hold it behind an `Arc`.
+pub struct Shared {
+    target: Target,
+    sql: Arc<Sql>,
+    op_timeout: Duration,
+    pool_per_worker: usize,
+    events: Events,
+    /// Whether the table is known to exist (cleared when a statement finds it missing,
+    /// e.g. after the database was re-created; the maintenance task creates it again).
+    schema_ready: Arc<AtomicBool>,
+    _maintenance: Arc<AbortOnDrop>,
+}
+
+/// Handle to the PostgreSQL store; clones share the pool, the listener and watchers.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    shared: Arc<Shared>,
+}
+
+impl Shared {
+    /// Starts listening and maintenance on the current runtime. Fails only on a bad
+    /// configuration; an unreachable database is retried in the background.
+    pub fn start(cfg: &PostgresConfig, workers: usize) -> Result<Arc<Shared>, StoreError> {
+        let target = Target::parse(&cfg.url).map_err(StoreError::Unavailable)?;
+        check_table_name(&cfg.table).map_err(StoreError::Unavailable)?;
+        let sql = Arc::new(Sql::new(&cfg.table));
+        let events = Events::start(target.clone(), sql.channel.clone(), cfg.op_timeout);
+        let schema_ready = Arc::new(AtomicBool::new(false));
+        let maintenance = maintenance::start(target.clone(), sql.clone(), schema_ready.clone());
+        Ok(Arc::new(Shared {
+            target,
+            sql,
+            op_timeout: cfg.op_timeout,
+            pool_per_worker: cfg.pool_size.div_ceil(workers.max(1)).max(1),
+            events,
+            schema_ready,
+            _maintenance: Arc::new(maintenance),
+        }))
+    }
+}
+
+impl PostgresStore {
+    /// A store with its own listener and maintenance (one process, one worker).
+    pub async fn connect(cfg: &PostgresConfig) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect_sharing(&Shared::start(cfg, 1)?).await
+    }
+
+    /// A store with its own pool on the current runtime, sharing `shared`. Creates the
+    /// table if it is not known to exist yet (a failure is logged, not fatal: the
+    /// maintenance task keeps trying and readiness reports it).
+    pub async fn connect_sharing(shared: &Arc<Shared>) -> Result<PostgresStore, StoreError> {
+        let pool = pool(shared)?;
+        let store = PostgresStore {
+            pool,
+            shared: shared.clone(),
+        };
+        if let Err(e) = store.ensure_schema().await {
+            tracing::warn!(error = %e, "postgres not ready at startup; retrying in the background");
+        }
+        Ok(store)
+    }
+
+    /// Whether the `LISTEN` connection is up (wake-ups from other replicas only arrive
+    /// while it is).
+    pub fn is_listening(&self) -> bool {
+        self.shared.events.listening.load(Ordering::Acquire)
+    }
+
+    /// One statement that inserts the caller's record if the key is absent or expired,
+    /// or returns the live record there (module doc of `sql.rs`).
+    pub async fn reserve(
+        &self,
+        key: &StoreKey,
+        record: &Record,
+        lease: Duration,
+    ) -> Result<Reserve, StoreError> {
+        let encoded = encode(record);
+        let state = state_name(record.state);
+        let attempt = attempt(record);
+        let lease = millis(lease);
+        self.bounded(async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(&self.shared.sql.reserve).await?;
+            for _ in 0..RESERVE_ATTEMPTS {
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                    &&key.0[..],
+                    &state,
+                    &&record.token.0[..],
+                    &attempt,
+                    &&record.fingerprint[..],
+                    &&record.credentials[..],
+                    &lease,
+                    &encoded,
+                ];
+                let rows = client.query(&stmt, &params).await?;
+                if let Some(row) = rows.first() {
+                    return Ok(match row.get::<_, Option<&[u8]>>(0) {
+                        None => Ok(Reserve::Won),
+                        Some(bytes) => decode(bytes).map(Reserve::Exists),
+                    });
+                }
+            }
+            Ok(Err(StoreError::Unavailable(
+                "reservation kept racing with concurrent writers".to_string(),
+            )))
+        })
+        .await?
+    }
+
+    pub async fn replace_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        notify: bool,
+    ) -> Result<bool, StoreError> {
+        let encoded = encode(record);
+        let state = state_name(record.state);
+        let attempt = attempt(record);
+        let ttl = millis(ttl);
+        let sql = &self.shared.sql;
+        let replaced = self
+            .bounded(async {
+                let client = self.client().await?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                    &&key.0[..],
+                    &&owner.0[..],
+                    &state,
+                    &&record.token.0[..],
+                    &attempt,
+                    &ttl,
+                    &encoded,
+                ];
+                if notify {
+                    let stmt = client.prepare_cached(&sql.replace_notify).await?;
+                    let mut with_channel = params.to_vec();
+                    with_channel.push(&sql.channel);
+                    Ok(client.query(&stmt, &with_channel).await?.len() == 1)
+                } else {
+                    let stmt = client.prepare_cached(&sql.replace).await?;
+                    Ok(client.execute(&stmt, &params).await? == 1)
+                }
+            })
+            .await?;
+        if replaced && notify {
+            // Local waiters need not wait for the notification's round trip.
+            self.shared.events.watchers.notify(key);
+        }
+        Ok(replaced)
+    }
+
+    pub async fn release_if_owner(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+    ) -> Result<bool, StoreError> {
+        let released = self
+            .bounded(async {
+                let client = self.client().await?;
+                let stmt = client.prepare_cached(&self.shared.sql.release).await?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                    [&&key.0[..], &&owner.0[..], &self.shared.sql.channel];
+                Ok(client.query(&stmt, &params).await?.len() == 1)
+            })
+            .await?;
+        if released {
+            self.shared.events.watchers.notify(key);
+        }
+        Ok(released)
+    }
+
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
+        self.bounded(async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(&self.shared.sql.get).await?;
+            let row = client.query_opt(&stmt, &[&&key.0[..]]).await?;
+            Ok(row.map(|row| decode(row.get::<_, &[u8]>(0))))
+        })
+        .await?
+        .transpose()
+    }
+
+    pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let deleted = self
+            .bounded(async {
+                let client = self.client().await?;
+                let stmt = client.prepare_cached(&self.shared.sql.delete).await?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+                    [&&key.0[..], &self.shared.sql.channel];
+                let row = client.query_opt(&stmt, &params).await?;
+                Ok(row.is_some_and(|row| row.get::<_, bool>(0)))
+            })
+            .await?;
+        // Even an expired row's deletion wakes waiters: they re-read and find it absent.
+        self.shared.events.watchers.notify(key);
+        Ok(deleted)
+    }
+
+    pub fn watch(&self, key: &StoreKey) -> Watch {
+        self.shared.events.watchers.watch(key)
+    }
+
+    /// Ready when a pooled connection answers and the table exists.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        if !self.shared.schema_ready.load(Ordering::Acquire) {
+            return self.ensure_schema().await;
+        }
+        self.bounded(async {
+            let client = self.client().await?;
+            client.simple_query("SELECT 1").await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn ensure_schema(&self) -> Result<(), StoreError> {
+        self.bounded(async {
+            let client = self.client().await?;
+            client.batch_execute(&self.shared.sql.schema).await?;
+            self.shared.schema_ready.store(true, Ordering::Release);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
+        self.pool.get().await.map_err(|e| DbError {
+            text: e.to_string(),
+            missing_table: false,
+        })
+    }
+
+    /// Bounds an operation by `op_timeout` and maps its errors.
+    async fn bounded<T>(
+        &self,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, StoreError> {
+        match timeout(self.shared.op_timeout, op).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.missing_table && self.shared.schema_ready.swap(false, Ordering::AcqRel) {
+                    tracing::warn!("the idem table is missing; creating it again");
+                }
+                Err(StoreError::Unavailable(e.text))
+            }
+            Err(_) => Err(StoreError::Timeout(self.shared.op_timeout)),
+        }
+    }
+}
+
+/// A connection pool for the current runtime (connections are created on first use).
+fn pool(shared: &Shared) -> Result<Pool, StoreError> {
+    let manager_config = ManagerConfig {
+        // Broken connections are found by `is_closed` without a round trip; a
+        // connection that dies under a statement fails that statement, is dropped, and
+        // its replacement connects to whichever host is the primary now.
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let config = shared.target.config.clone();
+    let manager = match shared.target.tls.clone() {
+        Some(tls) => Manager::from_config(config, tls, manager_config),
+        None => Manager::from_config(config, NoTls, manager_config),
+    };
+    Pool::builder(manager)
+        .max_size(shared.pool_per_worker)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(shared.op_timeout))
+        .create_timeout(Some(shared.op_timeout))
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot build postgres pool: {e}")))
+}
+
+/// Any failure talking to the database, as text for [`StoreError::Unavailable`].
+struct DbError {
+    text: String,
+    /// The table does not exist (the database was re-created under us).
+    missing_table: bool,
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> DbError {
+        DbError {
+            missing_table: e.code() == Some(&SqlState::UNDEFINED_TABLE),
+            text: e.to_string(),
+        }
+    }
+}
+
+fn state_name(state: RecordState) -> &'static str {
+    match state {
+        RecordState::InProgress => "in_progress",
+        RecordState::Completed => "completed",
+    }
+}
+
+fn attempt(record: &Record) -> i32 {
+    i32::try_from(record.attempt).unwrap_or(i32::MAX)
+}
+
+/// A duration in whole milliseconds, at least 1 (a zero TTL would store an already
+/// expired row).
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}

@@ -1,0 +1,162 @@
+//! The SQL of the PostgreSQL store, written for one table name.
+//!
+//! One row per key. Columns that the statements read or condition on are real columns
+//! (`state`, `token`, `attempt`, `fingerprint`, `credentials`, `expires_at`), so an
+//! operator can query them; `record` holds the whole encoded record (`store::codec`),
+//! stored response included, so a read is one column decoded by the same code as Redis.
+//! `expires_at` is the lease's end while in progress and the retention's end once
+//! completed. It is computed with the *database's* clock (`now()` + a duration), so
+//! several idem processes with skewed clocks agree on when a lease ends.
+//!
+//! Every statement treats a row whose `expires_at` has passed as absent — it is never
+//! returned, never completed, and a reservation takes it over — so an expired record
+//! is never replayed even before the background purge deletes it.
+
+/// Rows deleted per purge statement: short transactions, short row locks.
+pub(super) const PURGE_BATCH: i64 = 500;
+
+/// Statement texts for one table. Built once per store.
+#[derive(Debug)]
+pub(super) struct Sql {
+    pub schema: String,
+    pub reserve: String,
+    pub replace: String,
+    pub replace_notify: String,
+    pub release: String,
+    pub get: String,
+    pub delete: String,
+    pub purge: String,
+    /// `LISTEN` target: the table name with `_events`.
+    pub channel: String,
+}
+
+impl Sql {
+    /// `table` must have passed [`super::check_table_name`]: it is written into the
+    /// statements as it is.
+    pub(super) fn new(table: &str) -> Sql {
+        let t = table;
+        Sql {
+            // The advisory lock serialises creation across idem processes starting
+            // together: concurrent `CREATE TABLE IF NOT EXISTS` can fail on the catalog's
+            // unique index.
+            schema: format!(
+                "BEGIN;
+SELECT pg_advisory_xact_lock(hashtext('idem schema {t}'));
+CREATE TABLE IF NOT EXISTS {t} (
+  key bytea PRIMARY KEY,
+  state text NOT NULL CHECK (state IN ('in_progress', 'completed')),
+  token bytea NOT NULL,
+  attempt integer NOT NULL,
+  fingerprint bytea NOT NULL,
+  credentials bytea NOT NULL,
+  expires_at timestamptz NOT NULL,
+  record bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
+COMMIT;"
+            ),
+            // One statement, one winner: the unique key lets exactly one INSERT through;
+            // an expired row is taken over by the conflict branch, whose row lock makes
+            // concurrent takeovers queue and re-check the (then fresh) expiry. A live
+            // row already visible is returned without attempting the INSERT at all, so a
+            // duplicate or replay is a plain read: no row lock, no transaction id, no
+            // WAL flush. Zero rows back means the row that beat us was committed after
+            // this statement's snapshot: the caller runs it again (see
+            // `PostgresStore::reserve`).
+            reserve: format!(
+                "WITH live AS (
+  SELECT record FROM {t} WHERE key = $1 AND expires_at > now()
+), taken AS (
+  INSERT INTO {t} AS r (key, state, token, attempt, fingerprint, credentials, expires_at, record)
+  SELECT $1, $2, $3, $4, $5, $6, now() + $7::int8 * interval '1 millisecond', $8
+  WHERE NOT EXISTS (SELECT 1 FROM live)
+  ON CONFLICT (key) DO UPDATE SET
+    state = excluded.state, token = excluded.token, attempt = excluded.attempt,
+    fingerprint = excluded.fingerprint, credentials = excluded.credentials,
+    expires_at = excluded.expires_at, record = excluded.record
+  WHERE r.expires_at <= now()
+  RETURNING 1
+)
+SELECT NULL::bytea FROM taken
+UNION ALL
+SELECT record FROM live"
+            ),
+            replace: format!(
+                "UPDATE {t} SET state = $3, token = $4, attempt = $5,
+  expires_at = now() + $6::int8 * interval '1 millisecond', record = $7
+WHERE key = $1 AND token = $2 AND expires_at > now()"
+            ),
+            // NOTIFY is transactional: watchers hear of the change once it is committed.
+            replace_notify: format!(
+                "WITH changed AS (
+  UPDATE {t} SET state = $3, token = $4, attempt = $5,
+    expires_at = now() + $6::int8 * interval '1 millisecond', record = $7
+  WHERE key = $1 AND token = $2 AND expires_at > now()
+  RETURNING key
+)
+SELECT pg_notify($8, encode(key, 'hex')) FROM changed"
+            ),
+            release: format!(
+                "WITH gone AS (
+  DELETE FROM {t} WHERE key = $1 AND token = $2 AND expires_at > now() RETURNING key
+)
+SELECT pg_notify($3, encode(key, 'hex')) FROM gone"
+            ),
+            get: format!("SELECT record FROM {t} WHERE key = $1 AND expires_at > now()"),
+            delete: format!(
+                "WITH gone AS (DELETE FROM {t} WHERE key = $1 RETURNING key, expires_at > now() AS live)
+SELECT live, pg_notify($2, encode(key, 'hex')) FROM gone"
+            ),
+            // SKIP LOCKED: a row a reservation is taking over right now is left alone,
+            // and purgers on several replicas never wait for one another. The outer
+            // condition re-checks expiry on the row as locked.
+            purge: format!(
+                "DELETE FROM {t} WHERE key IN (
+  SELECT key FROM {t} WHERE expires_at <= now()
+  ORDER BY expires_at LIMIT {PURGE_BATCH} FOR UPDATE SKIP LOCKED
+) AND expires_at <= now()"
+            ),
+            channel: format!("{t}_events"),
+        }
+    }
+}
+
+/// Whether `name` can be written into SQL as it is: a lowercase unquoted identifier
+/// (letters, digits, `_`; not starting with a digit), short enough that the derived
+/// index and channel names stay under PostgreSQL's 63-byte limit.
+pub fn check_table_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= 48 {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid table name {name:?}: use 1-48 lowercase letters, digits and _, not starting with a digit"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        assert!(check_table_name("idem_records").is_ok());
+        assert!(check_table_name("_t2").is_ok());
+        for bad in [
+            "",
+            "2t",
+            "Idem",
+            "a-b",
+            "a;drop table x",
+            "\"q\"",
+            &"a".repeat(49),
+        ] {
+            assert!(check_table_name(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Names in Redis: the record's key and the channel its wake-ups go to.
+//!
+//! Standalone and Sentinel: `{key_prefix}<hex>` and one channel, `{key_prefix}events`.
+//!
+//! Cluster: every operation on one key must touch one slot, and a script may only
+//! `SPUBLISH` on a shard channel its node serves. So the record key carries a hash tag
+//! of its first byte, `{key_prefix}{ab}<hex>`, and its wake-ups go to the shard channel
+//! `{key_prefix}events:{ab}` in the same slot. Why sharded pub/sub rather than plain
+//! `PUBLISH`: a plain publish is broadcast over the cluster bus to every node, so its
+//! cost grows with the cluster; a shard message stays within the one shard that holds
+//! the key. The 256 tags spread records over 256 slots (plenty for any number of
+//! masters short of hundreds), and each replica subscribes to the 256 channels once,
+//! never per waited key, so registering a waiter stays a purely local step.
+
+use std::sync::Arc;
+
+use crate::key::StoreKey;
+
+/// Hash-tag buckets in cluster mode: one per value of the key's first byte.
+pub(super) const BUCKETS: usize = 256;
+
+#[derive(Clone)]
+pub(super) struct Layout {
+    prefix: Arc<str>,
+    /// Cluster mode: hash-tagged keys, one shard channel per bucket.
+    sharded: bool,
+    /// The one channel (standalone, sentinel).
+    channel: Arc<str>,
+}
+
+impl Layout {
+    pub(super) fn new(prefix: &str, sharded: bool) -> Layout {
+        Layout {
+            prefix: prefix.into(),
+            sharded,
+            channel: format!("{prefix}events").into(),
+        }
+    }
+
+    pub(super) fn sharded(&self) -> bool {
+        self.sharded
+    }
+
+    /// The record's key.
+    pub(super) fn store_key(&self, key: &StoreKey) -> Vec<u8> {
+        let hex = key.hex();
+        let mut out = Vec::with_capacity(self.prefix.len() + 68);
+        out.extend_from_slice(self.prefix.as_bytes());
+        if self.sharded {
+            out.push(b'{');
+            out.extend_from_slice(&hex[..2]);
+            out.push(b'}');
+        }
+        out.extend_from_slice(&hex);
+        out
+    }
+
+    /// The channel that wakes watchers of `key`.
+    pub(super) fn channel(&self, key: &StoreKey) -> Arc<str> {
+        if self.sharded {
+            bucket_channel(&self.channel, &key.hex()[..2]).into()
+        } else {
+            self.channel.clone()
+        }
+    }
+
+    /// Every channel a replica subscribes to.
+    pub(super) fn all_channels(&self) -> Vec<String> {
+        if !self.sharded {
+            return vec![self.channel.to_string()];
+        }
+        (0..BUCKETS)
+            .map(|b| bucket_channel(&self.channel, format!("{b:02x}")))
+            .collect()
+    }
+}
+
+fn bucket_channel(base: &str, tag: impl AsRef<[u8]>) -> String {
+    let tag = String::from_utf8_lossy(tag.as_ref());
+    format!("{base}:{{{tag}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_key_and_channel_share_a_hash_tag() {
+        let layout = Layout::new("idem:", true);
+        let key = StoreKey([0xab; 32]);
+        let name = String::from_utf8(layout.store_key(&key)).unwrap();
+        assert_eq!(name, format!("idem:{{ab}}{}", "ab".repeat(32)));
+        assert_eq!(&*layout.channel(&key), "idem:events:{ab}");
+        let all = layout.all_channels();
+        assert_eq!(all.len(), 256);
+        assert!(all.contains(&"idem:events:{ab}".to_string()));
+    }
+
+    #[test]
+    fn standalone_layout_is_unchanged() {
+        let layout = Layout::new("idem:", false);
+        let key = StoreKey([0xab; 32]);
+        let name = String::from_utf8(layout.store_key(&key)).unwrap();
+        assert_eq!(name, format!("idem:{}", "ab".repeat(32)));
+        assert_eq!(&*layout.channel(&key), "idem:events");
+        assert_eq!(layout.all_channels(), vec!["idem:events".to_string()]);
+    }
+}

@@ -1,0 +1,266 @@
+//! In-process coalescing: concurrent duplicates of one key at one replica share one
+//! store round trip and one wait, so a duplicate storm does not multiply Redis traffic.
+//!
+//! One map per process (shared by every worker through [`super::Events`]) holds, per key:
+//! - `Reserving`: a reservation is on its way to Redis. Later arrivals follow it and
+//!   take its outcome (the winner's record, or the record Redis returned) instead of
+//!   sending their own `SET NX`.
+//! - `Owned`: this process won the key and is running it. A duplicate arriving here
+//!   learns "in progress" from that record without asking Redis: the owner is the one
+//!   process that knows for sure. Renewals keep the record current; an entry whose
+//!   lease ran out is ignored (the owner may have stalled and been taken over).
+//! - `Completed`: the owner's completion, kept for [`KEEP_COMPLETED`] when duplicates
+//!   were seen, so the waiters it wakes (and the stragglers of the storm) replay it
+//!   without a round trip. A completed record is immutable but for an admin delete,
+//!   whose event (published with a `:deleted` suffix) drops the entry on every replica.
+//!
+//! Only reservations are coalesced; completions, renewals and releases always go to
+//! Redis and keep the map in step. A key without duplicates costs two map operations.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::key::StoreKey;
+use crate::store::record::now_ms;
+use crate::store::{Record, StoreError, Token};
+
+/// How long a completed record stays here after duplicates were seen.
+pub(super) const KEEP_COMPLETED: Duration = Duration::from_secs(2);
+const SHARDS: usize = 16;
+
+/// The outcome a leading reservation hands its followers: the record to treat as the
+/// existing one, or the error it met.
+type Outcome = Option<Result<Record, StoreError>>;
+
+enum Entry {
+    Reserving {
+        id: u64,
+        outcome: watch::Receiver<Outcome>,
+        duplicates: bool,
+    },
+    Owned {
+        record: Record,
+        duplicates: bool,
+    },
+    Completed {
+        record: Record,
+        until: Instant,
+    },
+}
+
+/// The process's map. Cheap to clone (shared).
+#[derive(Clone, Default)]
+pub(crate) struct Local {
+    shards: Arc<[Shard; SHARDS]>,
+}
+
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard {
+    map: Mutex<HashMap<StoreKey, Entry>>,
+    next_id: std::sync::atomic::AtomicU64,
+    last_sweep: Mutex<Option<Instant>>,
+}
+
+/// What a reservation should do.
+pub(super) enum Lookup {
+    /// Use this record as the existing one (no round trip).
+    Known(Record),
+    /// Another reservation of this key is under way: wait for its outcome.
+    Follow(watch::Receiver<Outcome>),
+    /// Go to Redis, then report through the guard.
+    Lead(Leader),
+}
+
+/// The leading reservation's duty to report its outcome; dropping it unreported (the
+/// request was cancelled) lets followers go to Redis themselves.
+pub(super) struct Leader {
+    local: Local,
+    key: StoreKey,
+    id: u64,
+    outcome: Option<watch::Sender<Outcome>>,
+}
+
+impl Local {
+    pub(super) fn lookup(&self, key: &StoreKey) -> Lookup {
+        let shard = self.shard(key);
+        let mut map = lock(&shard.map);
+        match map.get_mut(key) {
+            Some(Entry::Reserving {
+                outcome,
+                duplicates,
+                ..
+            }) => {
+                *duplicates = true;
+                return Lookup::Follow(outcome.clone());
+            }
+            Some(Entry::Owned { record, duplicates }) if record.expires_at_ms > now_ms() => {
+                *duplicates = true;
+                return Lookup::Known(record.clone());
+            }
+            Some(Entry::Completed { record, until })
+                if *until > Instant::now() && record.expires_at_ms > now_ms() =>
+            {
+                return Lookup::Known(record.clone());
+            }
+            _ => {}
+        }
+        let id = shard
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = watch::channel(None);
+        map.insert(
+            *key,
+            Entry::Reserving {
+                id,
+                outcome: rx,
+                duplicates: false,
+            },
+        );
+        drop(map);
+        self.sweep(shard);
+        Lookup::Lead(Leader {
+            local: self.clone(),
+            key: *key,
+            id,
+            outcome: Some(tx),
+        })
+    }
+
+    /// A write of ours succeeded: keep the entry in step with what Redis now holds.
+    pub(super) fn written(&self, key: &StoreKey, owner: &Token, record: &Record) {
+        let mut map = lock(&self.shard(key).map);
+        let duplicates = match map.get(key) {
+            Some(Entry::Owned { duplicates, .. }) | Some(Entry::Reserving { duplicates, .. }) => {
+                *duplicates
+            }
+            _ => false,
+        };
+        if record.is_completed() {
+            if duplicates {
+                let until = Instant::now() + KEEP_COMPLETED;
+                let record = record.clone();
+                map.insert(*key, Entry::Completed { record, until });
+            } else {
+                map.remove(key);
+            }
+        } else if record.token == *owner {
+            // A renewal: only refresh an entry we already hold.
+            if let Some(Entry::Owned { record: held, .. }) = map.get_mut(key) {
+                if held.token == *owner {
+                    *held = record.clone();
+                }
+            }
+        } else {
+            // A takeover: a new attempt of ours.
+            let record = record.clone();
+            map.insert(*key, Entry::Owned { record, duplicates });
+        }
+    }
+
+    /// The key was released, deleted, or changed elsewhere in a way that matters.
+    pub(super) fn forget(&self, key: &StoreKey) {
+        let mut map = lock(&self.shard(key).map);
+        if !matches!(map.get(key), Some(Entry::Reserving { .. })) {
+            map.remove(key);
+        }
+    }
+
+    fn shard(&self, key: &StoreKey) -> &Shard {
+        &self.shards[usize::from(key.0[1]) % SHARDS]
+    }
+
+    /// Drops completed entries past their time, at most once a second per shard.
+    fn sweep(&self, shard: &Shard) {
+        let now = Instant::now();
+        {
+            let mut last = lock(&shard.last_sweep);
+            if last.is_some_and(|t| now < t + Duration::from_secs(1)) {
+                return;
+            }
+            *last = Some(now);
+        }
+        lock(&shard.map)
+            .retain(|_, e| !matches!(e, Entry::Completed { until, .. } if *until <= now));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(&s.map).len()).sum()
+    }
+}
+
+impl Leader {
+    /// Redis granted the key to us: followers see our record as the existing one.
+    pub(super) fn won(mut self, record: &Record) {
+        let mut map = lock(&self.local.shard(&self.key).map);
+        let duplicates = matches!(map.get(&self.key),
+            Some(Entry::Reserving { id, duplicates: true, .. }) if *id == self.id);
+        map.insert(
+            self.key,
+            Entry::Owned {
+                record: record.clone(),
+                duplicates,
+            },
+        );
+        drop(map);
+        self.tell(Ok(record.clone()));
+    }
+
+    /// Redis holds someone else's record (or ours, completed): followers take it too.
+    pub(super) fn exists(mut self, record: &Record) {
+        let mut map = lock(&self.local.shard(&self.key).map);
+        let ours =
+            matches!(map.get(&self.key), Some(Entry::Reserving { id, .. }) if *id == self.id);
+        if ours {
+            let duplicates = matches!(
+                map.get(&self.key),
+                Some(Entry::Reserving {
+                    duplicates: true,
+                    ..
+                })
+            );
+            if record.is_completed() && duplicates {
+                let until = Instant::now() + KEEP_COMPLETED;
+                let record = record.clone();
+                map.insert(self.key, Entry::Completed { record, until });
+            } else {
+                map.remove(&self.key);
+            }
+        }
+        drop(map);
+        self.tell(Ok(record.clone()));
+    }
+
+    pub(super) fn failed(mut self, error: &StoreError) {
+        self.tell(Err(error.clone()));
+    }
+
+    fn tell(&mut self, outcome: Result<Record, StoreError>) {
+        if let Some(tx) = self.outcome.take() {
+            tx.send_replace(Some(outcome));
+        }
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        // Unless `won` or `exists` replaced it, our `Reserving` entry goes.
+        let mut map = lock(&self.local.shard(&self.key).map);
+        if matches!(map.get(&self.key), Some(Entry::Reserving { id, .. }) if *id == self.id) {
+            map.remove(&self.key);
+        }
+    }
+}
+
+/// Short, panic-free critical sections: a poisoned lock still holds consistent data.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+#[path = "local_tests.rs"]
+mod tests;

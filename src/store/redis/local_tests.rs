@@ -1,0 +1,90 @@
+use std::time::Duration;
+
+use super::*;
+
+const K: StoreKey = StoreKey([7; 32]);
+
+fn record() -> Record {
+    Record::in_progress("r", "", "k", [1; 32], [2; 32], Duration::from_secs(30))
+}
+
+fn completed(r: &Record) -> Record {
+    let response = crate::store::StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: Some(bytes::Bytes::from_static(b"{}")),
+    };
+    r.completed(response, Duration::from_secs(60))
+}
+
+fn lead(local: &Local) -> Leader {
+    match local.lookup(&K) {
+        Lookup::Lead(l) => l,
+        _ => panic!("expected to lead"),
+    }
+}
+
+#[tokio::test]
+async fn followers_take_the_leaders_outcome_and_duplicates_then_know_the_owner() {
+    let local = Local::default();
+    let leader = lead(&local);
+    let Lookup::Follow(mut rx) = local.lookup(&K) else {
+        panic!("second arrival follows")
+    };
+    let mine = record();
+    leader.won(&mine);
+    let seen = rx.wait_for(Option::is_some).await.unwrap().clone();
+    assert_eq!(seen.unwrap().unwrap(), mine);
+    let Lookup::Known(owner) = local.lookup(&K) else {
+        panic!("owned key known locally")
+    };
+    assert_eq!(owner, mine);
+    // Completion with duplicates seen: kept for the stragglers.
+    local.written(&K, &mine.token, &completed(&mine));
+    assert!(matches!(local.lookup(&K), Lookup::Known(r) if r.is_completed()));
+}
+
+#[tokio::test]
+async fn a_cancelled_leader_lets_followers_go_to_redis() {
+    let local = Local::default();
+    let leader = lead(&local);
+    let Lookup::Follow(mut rx) = local.lookup(&K) else {
+        panic!("follows")
+    };
+    drop(leader);
+    assert!(rx.wait_for(Option::is_some).await.is_err());
+    assert!(matches!(local.lookup(&K), Lookup::Lead(_)), "entry removed");
+}
+
+#[test]
+fn without_duplicates_nothing_stays_after_completion() {
+    let local = Local::default();
+    let mine = record();
+    lead(&local).won(&mine);
+    local.written(&K, &mine.token, &mine.renewed(Duration::from_secs(30)));
+    local.written(&K, &mine.token, &completed(&mine));
+    assert_eq!(local.len(), 0);
+}
+
+#[test]
+fn an_owned_entry_past_its_lease_is_not_trusted() {
+    let local = Local::default();
+    let mut mine = record();
+    mine.expires_at_ms = now_ms() - 1;
+    lead(&local).won(&mine);
+    assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
+}
+
+#[test]
+fn someone_elses_in_progress_record_is_not_kept_but_forget_drops_completed() {
+    let local = Local::default();
+    let theirs = record();
+    lead(&local).exists(&theirs);
+    assert_eq!(local.len(), 0);
+    let leader = lead(&local);
+    let _follower = local.lookup(&K);
+    leader.exists(&completed(&theirs));
+    assert!(matches!(local.lookup(&K), Lookup::Known(_)));
+    local.forget(&K);
+    assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
+}

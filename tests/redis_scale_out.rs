@@ -1,0 +1,322 @@
+//! Scale-out on Redis: several idem replicas sharing standalone Redis, a Redis Cluster
+//! or a Sentinel-managed master agree on one execution per intent, and keep serving
+//! through a failover.
+//!
+//! Every deployment is private to its test (support::redis*). The failover tests print
+//! their figures (`cargo test --test redis_scale_out -- --nocapture`); the README and
+//! docs/reliability.md quote them.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use idem::app::Running;
+use support::harness::{self, assert_all_got_the_one_result, try_send, url};
+use support::redis::RedisServer;
+use support::redis_cluster::RedisCluster;
+use support::redis_sentinel::RedisSentinelSet;
+use support::upstream::MockUpstream;
+
+const INTENTS: usize = 30;
+const DUPLICATES: usize = 20;
+
+fn routes(lease: &str) -> String {
+    format!(
+        r#"
+routes:
+  - name: charge
+    path: /invoices/{{invoice_id}}/charge
+    key: "charge:{{path.invoice_id}}"
+    on_concurrent: wait
+    wait_timeout: 10s
+    lease: {lease}
+"#
+    )
+}
+
+fn yaml(upstream: &MockUpstream, store: &str, lease: &str) -> String {
+    format!(
+        "upstream:\n  url: {}\n  timeout: 5s\n  connect_timeout: 500ms\nstore:\n  backend: redis\n  redis:\n{store}{}",
+        upstream.url(),
+        routes(lease)
+    )
+}
+
+fn standalone(server: &RedisServer) -> String {
+    format!("    url: {}\n    op_timeout: 250ms\n", server.url())
+}
+
+fn cluster(cluster: &RedisCluster, wait_replicas: u32) -> String {
+    format!(
+        "    mode: cluster\n    nodes: [{}]\n    op_timeout: 250ms\n    wait_replicas: {wait_replicas}\n",
+        cluster.seeds().join(", ")
+    )
+}
+
+fn sentinel(set: &RedisSentinelSet, wait_replicas: u32) -> String {
+    format!(
+        "    mode: sentinel\n    url: redis://127.0.0.1:1/0\n    nodes: [{}]\n    sentinel_master: mymaster\n    op_timeout: 250ms\n    wait_replicas: {wait_replicas}\n",
+        set.sentinel_urls().join(", ")
+    )
+}
+
+async fn replicas(yaml: &str) -> Vec<Running> {
+    vec![
+        harness::start(yaml).await,
+        harness::start(yaml).await,
+        harness::start(yaml).await,
+    ]
+}
+
+/// 30 intents × 20 concurrent duplicates spread over three replicas: each intent runs
+/// once, and every duplicate gets that one result.
+async fn storm(store: &str) {
+    let upstream = MockUpstream::start().await;
+    let idems = replicas(&yaml(&upstream, store, "30s")).await;
+    let calls = (0..INTENTS * DUPLICATES).map(|n| {
+        let (intent, dup) = (n % INTENTS, n / INTENTS);
+        let u = url(
+            &idems[(intent + dup) % 3],
+            &format!("/invoices/s{intent}/charge"),
+        );
+        async move {
+            let r = try_send("POST", &u, &[("x-mock-delay-ms", "200")], "{}").await;
+            (intent, r.expect("answered"))
+        }
+    });
+    let results = join_all(calls).await;
+    for intent in 0..INTENTS {
+        assert_eq!(
+            upstream.executions(&format!("charge:s{intent}")),
+            1,
+            "intent {intent}"
+        );
+        let answers: Vec<_> = results
+            .iter()
+            .filter(|(i, _)| *i == intent)
+            .map(|(_, r)| r.clone())
+            .collect();
+        assert_all_got_the_one_result(&answers);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_standalone_executes_each_intent_once() {
+    let server = RedisServer::start();
+    storm(&standalone(&server)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_cluster_executes_each_intent_once() {
+    let c = RedisCluster::start(3, 0);
+    storm(&cluster(&c, 0)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_sentinel_executes_each_intent_once() {
+    let set = RedisSentinelSet::start(1);
+    storm(&sentinel(&set, 0)).await;
+}
+
+// === failover under load ===
+
+/// What a load of fresh intents saw across a failover (read through `Debug`).
+#[derive(Debug)]
+#[allow(dead_code)]
+struct Figures {
+    intents: usize,
+    /// Answered 2xx the first time.
+    answered: usize,
+    /// Refused (503 store_unavailable) or not answered the first time.
+    failed: usize,
+    /// Executed more than once after every intent was sent once more.
+    executed_twice: usize,
+    /// From the fault to the answer of the last failed request.
+    outage: Duration,
+    /// From the fault until the store had switched (promotion seen by the test).
+    switch: Duration,
+}
+
+/// Sends fresh intents from 6 concurrent loops over `idems`; after 1 s runs `fault`
+/// (which returns once the store has switched), keeps the load going until nothing
+/// failed for 1.5 s (idem serves again; at most 30 s), then sends every intent once
+/// more: a repeat must replay, never execute again.
+async fn load_through(
+    idems: &[Running],
+    upstream: &MockUpstream,
+    fault: impl FnOnce() + Send + 'static,
+) -> Figures {
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // (intent, status, answered at)
+    let answers: Arc<Mutex<Vec<(usize, u16, Instant)>>> = Arc::default();
+    let urls: Vec<String> = idems.iter().map(|r| url(r, "")).collect();
+    let loops: Vec<_> = (0..6)
+        .map(|_| {
+            let (next, stop, urls, answers) =
+                (next.clone(), stop.clone(), urls.clone(), answers.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Acquire) {
+                    let i = next.fetch_add(1, Ordering::AcqRel);
+                    let u = format!("{}/invoices/f{i}/charge", urls[i % urls.len()]);
+                    let sent = try_send("POST", &u, &[("x-mock-delay-ms", "20")], "{}").await;
+                    let status = sent.map_or(0, |r| r.status);
+                    answers.lock().unwrap().push((i, status, Instant::now()));
+                    if status != 201 {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let faulted = Instant::now();
+    tokio::task::spawn_blocking(fault).await.unwrap();
+    let switch = faulted.elapsed();
+    let calm = Duration::from_millis(1500);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let last_failure = answers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.1 != 201)
+            .map(|a| a.2)
+            .max()
+            .unwrap_or(faulted);
+        if last_failure.elapsed() > calm {
+            break;
+        }
+        assert!(
+            faulted.elapsed() < Duration::from_secs(30),
+            "idem did not serve again within 30 s"
+        );
+    }
+    stop.store(true, Ordering::Release);
+    join_all(loops).await;
+    // Completions that failed during the switch are retried in the background.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let answers = answers.lock().unwrap().clone();
+    let repeats = answers.iter().map(|&(i, _, _)| {
+        let u = format!("{}/invoices/f{i}/charge", urls[(i + 1) % urls.len()]);
+        async move { try_send("POST", &u, &[], "{}").await }
+    });
+    join_all(repeats).await;
+    let failures: Vec<Instant> = answers.iter().filter(|a| a.1 != 201).map(|a| a.2).collect();
+    let figures = Figures {
+        intents: answers.len(),
+        answered: answers.iter().filter(|a| a.1 == 201).count(),
+        failed: failures.len(),
+        executed_twice: answers
+            .iter()
+            .filter(|&&(i, _, _)| upstream.executions(&format!("charge:f{i}")) > 1)
+            .count(),
+        outage: failures.iter().max().map_or(Duration::ZERO, |last| {
+            last.saturating_duration_since(faulted)
+        }),
+        switch,
+    };
+    figures
+}
+
+/// The master is killed under load; with `wait_replicas: 1` and two replicas (so the
+/// promoted master still has one to acknowledge), no intent runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
+    let figures = sentinel_master_killed(1).await;
+    eprintln!("sentinel, master killed, wait_replicas 1: {figures:?}");
+    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+}
+
+/// The same kill without `wait_replicas`: the figures are reported, not asserted
+/// (asynchronous replication may lose a fresh reservation or completion).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_master_killed_without_wait_replicas_is_reported() {
+    let figures = sentinel_master_killed(0).await;
+    eprintln!("sentinel, master killed, wait_replicas 0: {figures:?}");
+}
+
+async fn sentinel_master_killed(wait_replicas: u32) -> Figures {
+    let set = RedisSentinelSet::start(2);
+    let upstream = MockUpstream::start().await;
+    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
+    let view = Arc::new(Mutex::new(set));
+    let keep = view.clone();
+    let figures = load_through(&idems, &upstream, move || {
+        let mut set = view.lock().unwrap();
+        let old = set.master();
+        set.servers[old].stop();
+        set.wait_switched(old, Duration::from_secs(20));
+    })
+    .await;
+    drop(keep);
+    figures
+}
+
+/// A planned `SENTINEL FAILOVER` under load with one replica and `wait_replicas: 1`:
+/// while the old master is not yet reconfigured it has no replica left to acknowledge,
+/// so it grants nothing that the switch could lose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_planned_failover_with_wait_replicas_runs_nothing_twice() {
+    let set = RedisSentinelSet::start(1);
+    let upstream = MockUpstream::start().await;
+    let idems = replicas(&yaml(&upstream, &sentinel(&set, 1), "5s")).await;
+    let view = Arc::new(Mutex::new(set));
+    let keep = view.clone();
+    let figures = load_through(&idems, &upstream, move || {
+        let set = view.lock().unwrap();
+        let old = set.master();
+        set.force_failover();
+        set.wait_switched(old, Duration::from_secs(20));
+    })
+    .await;
+    drop(keep);
+    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
+    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+}
+
+/// A cluster master is killed under load: idem keeps serving once its replica is
+/// promoted (MOVED handling and the slot-map refresh are redis-rs's; idem's part is
+/// that every key's operations go to one slot and the subscription follows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed_keeps_serving_after_promotion() {
+    let c = RedisCluster::start(3, 1);
+    let upstream = MockUpstream::start().await;
+    let idems = replicas(&yaml(&upstream, &cluster(&c, 0), "5s")).await;
+    let view = Arc::new(Mutex::new(c));
+    let keep = view.clone();
+    let figures = load_through(&idems, &upstream, move || {
+        let mut c = view.lock().unwrap();
+        let victim = c.master_of(0);
+        c.nodes[victim].stop();
+        c.wait_promoted(0, victim, Duration::from_secs(20));
+    })
+    .await;
+    drop(keep);
+    eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
+}
+
+/// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
+/// (`cargo test --test redis_scale_out -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures only; about 10 s"]
+async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
+    let set = RedisSentinelSet::start(1);
+    let upstream = MockUpstream::start().await;
+    let idems = replicas(&yaml(&upstream, &sentinel(&set, 0), "5s")).await;
+    let view = Arc::new(Mutex::new(set));
+    let keep = view.clone();
+    let figures = load_through(&idems, &upstream, move || {
+        let set = view.lock().unwrap();
+        let old = set.master();
+        set.force_failover();
+        set.wait_switched(old, Duration::from_secs(20));
+    })
+    .await;
+    drop(keep);
+    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
+}

@@ -1,0 +1,247 @@
+//! PostgreSQL-only behaviour: the table an operator can query, expired rows invisible
+//! before the purge deletes them, batched purge, the table re-created, outages (killed,
+//! frozen) and recovery with the same store, LISTEN re-established after a restart.
+
+use std::time::{Duration, Instant};
+
+use idem::store::{Reserve, Store, StoreError};
+use tokio::time::{sleep, timeout};
+
+use super::support::postgres::PgServer;
+use super::support::store::{
+    completed, in_progress, key, listening, postgres_config, wait_listening,
+};
+use super::{won, LEASE, RETENTION, WAKE_BOUND};
+
+/// `postgres_config`'s op_timeout plus slack: a failing operation answers within it.
+const FAIL_BOUND: Duration = Duration::from_millis(500 + 300);
+const RECOVERY: Duration = Duration::from_secs(10);
+
+/// The hex of a test key, as the `key` column holds it.
+fn hex(n: u8) -> String {
+    format!("{n:02x}").repeat(32)
+}
+
+async fn store(server: &PgServer) -> Store {
+    Store::Postgres(listening(&server.url()).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_rows_an_operator_can_query() {
+    let server = PgServer::start();
+    let store = store(&server).await;
+    let mine = in_progress(LEASE);
+    store.reserve(&key(0xab), &mine, LEASE).await.unwrap();
+    let row = server.psql(&format!(
+        "SELECT state, attempt, encode(token, 'hex'), \
+         round(extract(epoch FROM expires_at - now()))::int \
+         FROM idem_records WHERE key = '\\x{}'",
+        hex(0xab)
+    ));
+    assert_eq!(row, format!("in_progress|1|{}|30", mine.token));
+    let done = completed(&mine, RETENTION);
+    store
+        .replace_if_owner(&key(0xab), &mine.token, &done, RETENTION, true)
+        .await
+        .unwrap();
+    let row = server
+        .psql("SELECT state, round(extract(epoch FROM expires_at - now()))::int FROM idem_records");
+    assert_eq!(row, "completed|3600", "completion sets the retention");
+}
+
+/// An expired row is absent for every statement even while it is still in the table:
+/// not returned, not replayed, taken over by the next reservation. Another session
+/// holds a `KEY SHARE` lock on the row meanwhile, which the purge (`FOR UPDATE SKIP
+/// LOCKED`) skips, so the row is provably still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_rows_are_never_replayed_even_before_deletion() {
+    let server = PgServer::start();
+    let store = store(&server).await;
+    let mine = in_progress(LEASE);
+    store.reserve(&key(1), &mine, LEASE).await.unwrap();
+    let done = completed(&mine, RETENTION);
+    store
+        .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
+        .await
+        .unwrap();
+    let row = format!("key = '\\x{}'", hex(1));
+    let (holder, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    holder
+        .batch_execute(&format!(
+            "UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE {row}"
+        ))
+        .await
+        .unwrap();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM idem_records WHERE {row} FOR KEY SHARE"
+        ))
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(3)).await; // a purge round has come and gone
+    let count = format!("SELECT count(*) FROM idem_records WHERE {row}");
+    assert_eq!(server.psql(&count), "1", "still in the table");
+    assert_eq!(store.get(&key(1)).await.unwrap(), None, "not returned");
+    let fresh = in_progress(LEASE);
+    assert!(
+        won(store.reserve(&key(1), &fresh, LEASE).await),
+        "not replayed"
+    );
+    assert_eq!(store.get(&key(1)).await.unwrap(), Some(fresh));
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_rows_are_purged_in_the_background() {
+    let server = PgServer::start();
+    let store = store(&server).await;
+    let live = in_progress(LEASE);
+    store.reserve(&key(1), &live, LEASE).await.unwrap();
+    // 1 200 expired rows: more than two purge batches.
+    server.psql(
+        "INSERT INTO idem_records SELECT sha256(i::text::bytea), 'completed', '\\x00', 1, \
+         '\\x00', '\\x00', now() - interval '1 minute', '\\x00' FROM generate_series(1, 1200) i",
+    );
+    let start = Instant::now();
+    while server.psql("SELECT count(*) FROM idem_records") != "1" {
+        assert!(start.elapsed() < RECOVERY, "expired rows not purged");
+        sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(store.get(&key(1)).await.unwrap(), Some(live));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_table_is_created_again() {
+    let server = PgServer::start();
+    let store = store(&server).await;
+    server.psql("DROP TABLE idem_records");
+    let err = store.get(&key(1)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    let start = Instant::now();
+    while store.ping().await.is_err() {
+        assert!(start.elapsed() < RECOVERY, "table not re-created");
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+}
+
+/// Every operation fails with `Unavailable` or `Timeout` within the bound.
+async fn assert_failing_fast(store: &Store) {
+    let r = in_progress(LEASE);
+    for _ in 0..3 {
+        let start = Instant::now();
+        let results = [
+            store.reserve(&key(1), &r, LEASE).await.err(),
+            store.get(&key(1)).await.err(),
+            store
+                .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
+                .await
+                .err(),
+            store.ping().await.err(),
+        ];
+        for e in results {
+            let e = e.expect("an operation succeeded without postgres");
+            assert!(
+                matches!(e, StoreError::Unavailable(_) | StoreError::Timeout(_)),
+                "{e:?}"
+            );
+        }
+        let took = start.elapsed();
+        eprintln!("MEASURED four failing operations took {took:?}");
+        assert!(
+            took < 4 * FAIL_BOUND,
+            "four failing operations took {took:?}"
+        );
+    }
+}
+
+async fn wait_recovered(store: &Store) -> Duration {
+    let start = Instant::now();
+    while store.ping().await.is_err() {
+        assert!(
+            start.elapsed() < RECOVERY,
+            "not recovered within {RECOVERY:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
+    let mut server = PgServer::start();
+    let (a, b) = (
+        listening(&server.url()).await,
+        listening(&server.url()).await,
+    );
+    let (store, other) = (Store::Postgres(a.clone()), Store::Postgres(b.clone()));
+    let mine = in_progress(LEASE);
+    assert!(won(store.reserve(&key(1), &mine, LEASE).await));
+
+    server.kill();
+    assert_failing_fast(&store).await;
+    server.restart();
+    let took = wait_recovered(&store).await;
+    eprintln!("MEASURED recovered {took:?} after restart");
+
+    // The committed reservation survived the crash.
+    match store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await
+        .unwrap()
+    {
+        Reserve::Exists(existing) => assert_eq!(existing, mine),
+        Reserve::Won => panic!("a committed reservation was lost in the crash"),
+    }
+    // Both LISTEN connections are back: a completion on `store` wakes `other`'s waiter.
+    wait_listening(&a, RECOVERY).await;
+    wait_listening(&b, RECOVERY).await;
+    let mut watch = other.watch(&key(1));
+    let done = completed(&mine, RETENTION);
+    assert!(store
+        .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
+        .await
+        .unwrap());
+    assert!(timeout(WAKE_BOUND, watch.changed()).await.is_ok(), "woken");
+    assert_eq!(other.get(&key(1)).await.unwrap(), Some(done));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_database_times_out_then_recovers() {
+    let server = PgServer::start();
+    let store = store(&server).await;
+    store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await
+        .unwrap();
+    server.pause();
+    assert_failing_fast(&store).await;
+    server.resume();
+    let took = wait_recovered(&store).await;
+    eprintln!("MEASURED recovered {took:?} after SIGCONT");
+    assert!(!won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_while_the_database_is_down() {
+    let mut server = PgServer::start();
+    server.kill();
+    let store = Store::Postgres(
+        idem::store::PostgresStore::connect(&postgres_config(&server.url()))
+            .await
+            .expect("a store starts without its database"),
+    );
+    assert!(store.ping().await.is_err());
+    server.restart();
+    wait_recovered(&store).await;
+    assert!(won(store
+        .reserve(&key(1), &in_progress(LEASE), LEASE)
+        .await));
+}

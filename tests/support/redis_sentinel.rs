@@ -1,0 +1,136 @@
+//! A private Sentinel deployment per test: one master, `replicas` replicas and three
+//! sentinels (quorum 2) on free loopback ports, killed on drop.
+//!
+//! Failover settings that keep tests short: `down-after-milliseconds 1000`, and
+//! `repl-diskless-sync-delay 0` (Redis 7 otherwise delays a replica's first sync by 5 s).
+//! [`RedisSentinelSet::start`] returns only when every replica has received a probe
+//! write and every sentinel knows every replica and the other sentinels, so a failover
+//! can start the moment a test asks for one.
+
+use std::time::{Duration, Instant};
+
+use super::redis::RedisServer;
+use super::redis_cluster::field;
+
+const FORMATION: Duration = Duration::from_secs(30);
+pub const MASTER_NAME: &str = "mymaster";
+
+pub struct RedisSentinelSet {
+    /// The master first, then the replicas (roles change after a failover).
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<RedisServer>,
+}
+
+const REPLICATION: [&str; 4] = [
+    "--repl-diskless-sync-delay",
+    "0",
+    "--repl-ping-replica-period",
+    "1",
+];
+
+impl RedisSentinelSet {
+    pub fn start(replicas: usize) -> RedisSentinelSet {
+        let master = RedisServer::start_with(&REPLICATION);
+        let master_port = master.port().to_string();
+        let mut servers = vec![master];
+        for _ in 0..replicas {
+            let mut args = REPLICATION.to_vec();
+            args.extend(["--replicaof", "127.0.0.1", &master_port]);
+            servers.push(RedisServer::start_with(&args));
+        }
+        let monitor = format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2");
+        let lines = [
+            monitor.as_str(),
+            "sentinel down-after-milliseconds mymaster 1000",
+            "sentinel failover-timeout mymaster 10000",
+            "sentinel parallel-syncs mymaster 5",
+        ];
+        let sentinels = (0..3)
+            .map(|_| RedisServer::start_sentinel(&lines))
+            .collect();
+        let set = RedisSentinelSet { servers, sentinels };
+        set.wait_formed(replicas);
+        set
+    }
+
+    /// Sentinel URLs for `store.redis.nodes`.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port()))
+            .collect()
+    }
+
+    /// Index in `servers` of the master the sentinels name now.
+    pub fn master(&self) -> usize {
+        let port = self.named_master_port();
+        self.servers
+            .iter()
+            .position(|s| s.port() == port)
+            .expect("the named master is one of ours")
+    }
+
+    fn named_master_port(&self) -> u16 {
+        for s in self.sentinels.iter().filter(|s| s.is_running()) {
+            let reply = s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME]);
+            if let Some(port) = reply.lines().filter(|l| !l.starts_with(['*', '$'])).nth(1) {
+                if let Ok(port) = port.trim().parse() {
+                    return port;
+                }
+            }
+        }
+        panic!("no sentinel names a master");
+    }
+
+    /// Waits until the sentinels name a master other than `old` and that server
+    /// reports itself master; returns how long that took.
+    pub fn wait_switched(&self, old: usize, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let now = self.master();
+            if now != old && self.servers[now].command(&["ROLE"]).contains("master") {
+                return start.elapsed();
+            }
+            assert!(start.elapsed() < within, "no failover within {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `SENTINEL FAILOVER`: a planned switch (the old master is demoted, not killed).
+    pub fn force_failover(&self) {
+        let reply = self.sentinels[0].command(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        assert_eq!(reply, "+OK\r\n", "SENTINEL FAILOVER refused");
+    }
+
+    fn wait_formed(&self, replicas: usize) {
+        let start = Instant::now();
+        let master = &self.servers[0];
+        let _ = master.command(&["SET", "probe", "1"]);
+        let ready = || {
+            let repl = master.command(&["INFO", "replication"]);
+            let offset = field(&repl, "master_repl_offset");
+            let caught_up = repl
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .filter(|l| {
+                    l.split(',')
+                        .find_map(|kv| kv.strip_prefix("offset="))
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .is_some_and(|o| o >= offset)
+                })
+                .count();
+            caught_up == replicas
+                && self.sentinels.iter().all(|s| {
+                    let info = s.command(&["INFO", "sentinel"]);
+                    info.contains(&format!("slaves={replicas},sentinels=3"))
+                })
+        };
+        while !ready() {
+            assert!(
+                start.elapsed() < FORMATION,
+                "sentinel set not ready within {FORMATION:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
