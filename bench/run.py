@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.request
 
-from postgres import Postgres
+from postgres import Postgres, bin_dir as pg_bin_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -572,6 +572,8 @@ def machine_info():
         "wrk": version(["wrk", "--version"], r"wrk [^\s]+"),
         "nginx": nginx.replace("nginx version: ", ""),
         "redis": version(["redis-server", "--version"], r"v=[\d.]+"),
+        "postgres": version([os.path.join(pg_bin_dir() or "/nonexistent", "postgres"),
+                             "--version"], r"(?<=\) )[\d.]+"),
         "commit": commit + (" (with uncommitted changes in src/)" if dirty else ""),
     }
 
@@ -603,7 +605,7 @@ def render(args, results, extras, info, started, command):
     add(f"- Machine: {info['cpu']}, {info['cores']} cores, {info['memory_mib']} MiB, "
         f"Linux {info['kernel']} (shared with other work; everything on loopback)")
     add(f"- Tools: {info['rustc']}; {info['wrk']}; nginx {info['nginx']}; "
-        f"redis-server {info['redis']}")
+        f"redis-server {info['redis']}; PostgreSQL {info.get('postgres', '?')}")
     add(f"- Load: wrk -t{args.threads} -c{args.connections}, {args.duration} s per run "
         f"after a {args.warmup} s warm-up, {args.rounds} interleaved rounds; each row is "
         "the median round. Ratios are per round against direct with the same wrk script "
@@ -750,7 +752,9 @@ def targets(med, ratio, extras):
                      "(winners add their completion)"))
     if have("fresh_postgres"):
         c = med["fresh_postgres"]["pg_per_req"]
-        out.append((abs(c - 2) < 0.002, f"exactly 2 statements per fresh intent on PostgreSQL: {c:.3f}"))
+        # 0.01: pg_stat_statements counts a statement when the server finishes it, idem
+        # its request when the answer is out; up to pool_size statements are between.
+        out.append((abs(c - 2) < 0.01, f"2 statements per fresh intent on PostgreSQL: {c:.3f}"))
     if have("replay_postgres"):
         c = med["replay_postgres"]["pg_per_req"]
         out.append((c <= 1.001, f"≤ 1 statement per replay on PostgreSQL: {c:.3f}"))

@@ -24,6 +24,11 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Create the PostgreSQL table (`store.backend: postgres`) if missing, then exit.
+    Migrate {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Inspect or release an idempotency key through the admin API.
     Keys(KeysArgs),
     /// Watch idem stop double charges: a guided demo on loopback, no setup needed.

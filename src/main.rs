@@ -36,6 +36,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Check { config } => check(&config),
+        Command::Migrate { config } => runtime.block_on(migrate(&config)),
         Command::Keys(args) => runtime.block_on(keys(args)),
         Command::Demo => runtime.block_on(demo()),
         Command::Loadtest(args) => ExitCode::from(runtime.block_on(idem::loadtest::main(args))),
@@ -123,6 +124,35 @@ fn check(path: &std::path::Path) -> ExitCode {
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(EX_USAGE)
+        }
+    }
+}
+
+async fn migrate(path: &std::path::Path) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    if config.store.backend != idem::config::Backend::Postgres {
+        eprintln!(
+            "idem: migrate creates the PostgreSQL table; {} has store.backend: {} (nothing to do)",
+            path.display(),
+            config.store.backend
+        );
+        return ExitCode::from(EX_USAGE);
+    }
+    let table = &config.store.postgres.table;
+    match idem::store::postgres::migrate(&config.store.postgres).await {
+        Ok(()) => {
+            println!("table {table} ready");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idem: cannot create table {table}: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,7 +1,7 @@
 //! TLS on both outbound legs: an `https://` upstream and a `rediss://` store, each with a
 //! certificate from a private CA that idem trusts through `SSL_CERT_FILE` (or for Redis
-//! `store.redis.tls.ca_file`); and Redis ACL users, whose passwords never show in logs
-//! or `idem check` output.
+//! `store.redis.tls.ca_file`); Redis ACL users, whose passwords never show in logs
+//! or `idem check` output; and the PostgreSQL store with libpq's `sslmode`s.
 
 mod support;
 
@@ -194,4 +194,69 @@ async fn acl_user_with_a_wrong_password_is_refused_clearly() {
         "no authentication error in the logs:\n{logs}"
     );
     assert!(!logs.contains(wrong), "the logs hold the password");
+}
+
+/// `sslmode=verify-full` with `sslrootcert` (the private CA) connects and every pooled
+/// connection is encrypted; `require` without a root certificate connects unverified;
+/// `verify-full` against another CA refuses the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_over_tls_per_sslmode() {
+    use idem::store::{PostgresStore, Store};
+    use support::postgres::PgServer;
+    use support::store::{in_progress, key, postgres_config};
+
+    let certs = pki();
+    let server = PgServer::start_tls(
+        &certs.dir.path().join("server.pem"),
+        &certs.dir.path().join("server.key"),
+    );
+    let ca = certs.dir.path().join("ca.pem");
+    let url = |query: &str| {
+        format!(
+            "postgres://postgres@localhost:{}/postgres?{query}",
+            server.port()
+        )
+    };
+    let verified = url(&format!("sslmode=verify-full&sslrootcert={}", ca.display()));
+    let store = Store::Postgres(
+        PostgresStore::connect(&postgres_config(&verified))
+            .await
+            .unwrap(),
+    );
+    store.ping().await.expect("verify-full with the private CA");
+    let lease = Duration::from_secs(30);
+    store
+        .reserve(&key(1), &in_progress(lease), lease)
+        .await
+        .unwrap();
+    let encrypted = server.psql(
+        "SELECT bool_and(s.ssl) AND count(*) > 0 FROM pg_stat_ssl s \
+         JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'idem'",
+    );
+    assert_eq!(encrypted, "t", "idem's connections are encrypted");
+
+    let unverified = Store::Postgres(
+        PostgresStore::connect(&postgres_config(&url("sslmode=require")))
+            .await
+            .unwrap(),
+    );
+    unverified
+        .ping()
+        .await
+        .expect("require: encrypted, not verified");
+
+    let other = pki();
+    let wrong_ca = url(&format!(
+        "sslmode=verify-full&sslrootcert={}",
+        other.dir.path().join("ca.pem").display()
+    ));
+    let refused = Store::Postgres(
+        PostgresStore::connect(&postgres_config(&wrong_ca))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        refused.ping().await.is_err(),
+        "a server the CA did not sign is refused"
+    );
 }

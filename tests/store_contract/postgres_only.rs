@@ -245,3 +245,50 @@ async fn starts_while_the_database_is_down() {
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await));
 }
+
+/// `idem migrate` creates the table for a role-separated deployment, and says why it
+/// does nothing for another backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_migrate_creates_the_table() {
+    let server = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, store: &str| {
+        let path = dir.path().join(name);
+        let yaml = format!("upstream:\n  url: http://127.0.0.1:9\n{store}");
+        std::fs::write(&path, yaml).unwrap();
+        path
+    };
+    let pg = write(
+        "pg.yaml",
+        &format!(
+            "store:\n  backend: postgres\n  postgres:\n    url: {}\n    table: intents\n",
+            server.url()
+        ),
+    );
+    let run = |path: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["migrate", "--config"])
+            .arg(path)
+            .output()
+            .expect("run idem migrate")
+    };
+    let out = run(&pg);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "table intents ready"
+    );
+    assert_eq!(
+        server.psql("SELECT to_regclass('intents') IS NOT NULL"),
+        "t"
+    );
+    assert!(run(&pg).status.success(), "a second run changes nothing");
+    let memory = write("memory.yaml", "store:\n  backend: memory\n");
+    let out = run(&memory);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"));
+}

@@ -43,6 +43,33 @@ impl PgServer {
 
     /// Like [`PgServer::start`], with extra `name=value` server settings.
     pub fn start_with(settings: &[&str]) -> PgServer {
+        PgServer::initdb_then(settings, |_| {})
+    }
+
+    /// TLS on (`ssl=on`) with this PEM certificate chain and key; plain connections
+    /// are still accepted.
+    pub fn start_tls(cert_pem: &Path, key_pem: &Path) -> PgServer {
+        let settings = [
+            "ssl=on",
+            "ssl_cert_file=server.crt",
+            "ssl_key_file=server.key",
+        ];
+        PgServer::initdb_then(&settings, |data| {
+            for (from, to, mode) in [
+                (cert_pem, "server.crt", "644"),
+                (key_pem, "server.key", "600"),
+            ] {
+                let to = data.join(to);
+                std::fs::copy(from, &to).expect("copy TLS file");
+                chown_to_postgres(&to);
+                let chmod = Command::new("chmod").arg(mode).arg(&to).status();
+                assert!(chmod.is_ok_and(|s| s.success()), "chmod {mode}");
+            }
+        })
+    }
+
+    /// `initdb`, then `prepare(data dir)`, then start.
+    fn initdb_then(settings: &[&str], prepare: impl FnOnce(&Path)) -> PgServer {
         let dir = owned_tempdir();
         let data = dir.path().join("data");
         let initdb = run_as_postgres(&bin("initdb"))
@@ -57,6 +84,7 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&initdb.stderr)
         );
+        prepare(&data);
         PgServer::launch(dir, data, settings)
     }
 
@@ -321,10 +349,16 @@ fn run_as_postgres(program: &Path) -> Command {
 /// A temporary folder the server's user may write into.
 fn owned_tempdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir for postgres");
+    chown_to_postgres(dir.path());
+    dir
+}
+
+/// Hands `path` to the `postgres` OS user when we are root (it runs the server).
+fn chown_to_postgres(path: &Path) {
     if is_root() {
         let status = Command::new("chown")
             .args(["postgres:postgres"])
-            .arg(dir.path())
+            .arg(path)
             .status()
             .expect("run chown");
         assert!(
@@ -332,7 +366,6 @@ fn owned_tempdir() -> tempfile::TempDir {
             "chown postgres failed (is there a postgres user?)"
         );
     }
-    dir
 }
 
 /// A port the OS just handed out; released before postgres binds it.

@@ -61,6 +61,26 @@ where
     }
 }
 
+/// Creates the table on a connection of its own (`idem migrate`): for deployments whose
+/// serving role may not create tables.
+pub(super) async fn create_table(target: &Target, sql: &Sql) -> Result<(), String> {
+    async fn on<T>(target: &Target, tls: T, sql: &Sql) -> Result<(), String>
+    where
+        T: MakeTlsConnect<Socket>,
+        T::Stream: Send + 'static,
+    {
+        let (client, conn) = bounded(target.config.connect(tls)).await?;
+        let _driver = AbortOnDrop(tokio::spawn(async move {
+            let _ = conn.await;
+        }));
+        bounded(client.batch_execute(&sql.schema)).await
+    }
+    match target.tls.clone() {
+        Some(tls) => on(target, tls, sql).await,
+        None => on(target, NoTls, sql).await,
+    }
+}
+
 async fn round(client: &Client, sql: &Sql, schema_ready: &AtomicBool) -> Result<(), String> {
     if !schema_ready.load(Ordering::Acquire) {
         bounded(client.batch_execute(&sql.schema)).await?;

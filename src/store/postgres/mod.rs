@@ -7,8 +7,8 @@
 //! - Commits are as durable as the server makes them: with a synchronous standby
 //!   (`synchronous_commit = on`, `synchronous_standby_names`), an acknowledged
 //!   reservation or completion survives a failover to that standby.
-//! - Each worker thread has its own connection pool (deadpool-postgres), driven by its
-//!   own runtime; wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
+//! - Each worker thread has its own connection pool (deadpool-postgres, `pool.rs`),
+//!   driven by its own runtime; wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
 //!   per process (`listener.rs`), and one background task per process creates the table
 //!   and deletes expired rows in small batches (`maintenance.rs`).
 //! - A multi-host URL with `target_session_attrs=read-write` makes every new connection
@@ -19,6 +19,7 @@
 
 mod listener;
 mod maintenance;
+mod pool;
 mod sql;
 mod target;
 
@@ -27,19 +28,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use tokio::time::timeout;
-use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 
 pub use self::listener::Events;
+use self::pool::{attempt, millis, state_name, DbError};
 pub use self::sql::check_table_name;
 use self::sql::Sql;
 pub use self::target::Target;
 use super::encode::encode;
 use super::record::decode;
 use super::task::AbortOnDrop;
-use super::{Record, RecordState, Reserve, StoreError, Token, Watch};
+use super::{Record, Reserve, StoreError, Token, Watch};
 use crate::config::PostgresConfig;
 use crate::key::StoreKey;
 
@@ -90,6 +90,16 @@ impl Shared {
     }
 }
 
+/// `idem migrate`: create the table (and its index) if missing, then return. Serving
+/// does the same on start; this is for roles that may not create tables.
+pub async fn migrate(cfg: &PostgresConfig) -> Result<(), StoreError> {
+    let target = Target::parse(&cfg.url).map_err(StoreError::Unavailable)?;
+    check_table_name(&cfg.table).map_err(StoreError::Unavailable)?;
+    maintenance::create_table(&target, &Sql::new(&cfg.table))
+        .await
+        .map_err(StoreError::Unavailable)
+}
+
 impl PostgresStore {
     /// A store with its own listener and maintenance (one process, one worker).
     pub async fn connect(cfg: &PostgresConfig) -> Result<PostgresStore, StoreError> {
@@ -100,7 +110,7 @@ impl PostgresStore {
     /// table if it is not known to exist yet (a failure is logged, not fatal: the
     /// maintenance task keeps trying and readiness reports it).
     pub async fn connect_sharing(shared: &Arc<Shared>) -> Result<PostgresStore, StoreError> {
-        let pool = pool(shared)?;
+        let pool = pool::pool(&shared.target, shared.pool_per_worker, shared.op_timeout)?;
         let store = PostgresStore {
             pool,
             shared: shared.clone(),
@@ -298,59 +308,4 @@ impl PostgresStore {
             Err(_) => Err(StoreError::Timeout(self.shared.op_timeout)),
         }
     }
-}
-
-/// A connection pool for the current runtime (connections are created on first use).
-fn pool(shared: &Shared) -> Result<Pool, StoreError> {
-    let manager_config = ManagerConfig {
-        // Broken connections are found by `is_closed` without a round trip; a
-        // connection that dies under a statement fails that statement, is dropped, and
-        // its replacement connects to whichever host is the primary now.
-        recycling_method: RecyclingMethod::Fast,
-    };
-    let config = shared.target.config.clone();
-    let manager = match shared.target.tls.clone() {
-        Some(tls) => Manager::from_config(config, tls, manager_config),
-        None => Manager::from_config(config, NoTls, manager_config),
-    };
-    Pool::builder(manager)
-        .max_size(shared.pool_per_worker)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(shared.op_timeout))
-        .create_timeout(Some(shared.op_timeout))
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("cannot build postgres pool: {e}")))
-}
-
-/// Any failure talking to the database, as text for [`StoreError::Unavailable`].
-struct DbError {
-    text: String,
-    /// The table does not exist (the database was re-created under us).
-    missing_table: bool,
-}
-
-impl From<tokio_postgres::Error> for DbError {
-    fn from(e: tokio_postgres::Error) -> DbError {
-        DbError {
-            missing_table: e.code() == Some(&SqlState::UNDEFINED_TABLE),
-            text: e.to_string(),
-        }
-    }
-}
-
-fn state_name(state: RecordState) -> &'static str {
-    match state {
-        RecordState::InProgress => "in_progress",
-        RecordState::Completed => "completed",
-    }
-}
-
-fn attempt(record: &Record) -> i32 {
-    i32::try_from(record.attempt).unwrap_or(i32::MAX)
-}
-
-/// A duration in whole milliseconds, at least 1 (a zero TTL would store an already
-/// expired row).
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
 }
