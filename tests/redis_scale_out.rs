@@ -1,4 +1,4 @@
-//! Scale-out on Redis: several idem replicas sharing standalone Redis, a Redis Cluster
+//! Scale-out on Redis: three idem processes sharing standalone Redis, a Redis Cluster
 //! or a Sentinel-managed master agree on one execution per intent, and keep serving
 //! through a failover.
 //!
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use idem::app::Running;
-use support::harness::{self, assert_all_got_the_one_result, try_send, url};
+use support::harness::{assert_all_got_the_one_result, try_send, IdemProcess};
+use support::poll::eventually;
 use support::redis::RedisServer;
 use support::redis_cluster::RedisCluster;
 use support::redis_sentinel::RedisSentinelSet;
@@ -63,12 +63,24 @@ fn sentinel(set: &RedisSentinelSet, wait_replicas: u32) -> String {
     )
 }
 
-async fn replicas(yaml: &str) -> Vec<Running> {
-    vec![
-        harness::start(yaml).await,
-        harness::start(yaml).await,
-        harness::start(yaml).await,
-    ]
+/// Three idem processes (the binary, each with its own store connections, subscription
+/// and coalescing map), ready: connected to the store.
+async fn replicas(yaml: &str) -> Vec<IdemProcess> {
+    let idems = vec![
+        IdemProcess::spawn(yaml).await,
+        IdemProcess::spawn(yaml).await,
+        IdemProcess::spawn(yaml).await,
+    ];
+    for idem in &idems {
+        let ready = idem.admin_url("/readyz");
+        eventually(Duration::from_secs(15), "idem ready", async || {
+            try_send("GET", &ready, &[], "")
+                .await
+                .is_ok_and(|r| r.status == 200)
+        })
+        .await;
+    }
+    idems
 }
 
 /// 30 intents × 20 concurrent duplicates spread over three replicas: each intent runs
@@ -78,10 +90,7 @@ async fn storm(store: &str) {
     let idems = replicas(&yaml(&upstream, store, "30s")).await;
     let calls = (0..INTENTS * DUPLICATES).map(|n| {
         let (intent, dup) = (n % INTENTS, n / INTENTS);
-        let u = url(
-            &idems[(intent + dup) % 3],
-            &format!("/invoices/s{intent}/charge"),
-        );
+        let u = idems[(intent + dup) % 3].url(&format!("/invoices/s{intent}/charge"));
         async move {
             let r = try_send("POST", &u, &[("x-mock-delay-ms", "200")], "{}").await;
             (intent, r.expect("answered"))
@@ -145,7 +154,7 @@ struct Figures {
 /// failed for 1.5 s (idem serves again; at most 30 s), then sends every intent once
 /// more: a repeat must replay, never execute again.
 async fn load_through(
-    idems: &[Running],
+    idems: &[IdemProcess],
     upstream: &MockUpstream,
     fault: impl FnOnce() + Send + 'static,
 ) -> Figures {
@@ -153,7 +162,7 @@ async fn load_through(
     let stop = Arc::new(AtomicBool::new(false));
     // (intent, status, answered at)
     let answers: Arc<Mutex<Vec<(usize, u16, Instant)>>> = Arc::default();
-    let urls: Vec<String> = idems.iter().map(|r| url(r, "")).collect();
+    let urls: Vec<String> = idems.iter().map(|r| r.url("")).collect();
     let loops: Vec<_> = (0..6)
         .map(|_| {
             let (next, stop, urls, answers) =
