@@ -110,10 +110,14 @@ async fn concurrent_duplicates_wait_and_all_get_the_result(b: Backend) {
 async fn wait_times_out_with_409(b: Backend) {
     let env = Env::new(b).await;
     let idem = env
-        .idem(&charge_with("on_concurrent: wait\nwait_timeout: 200ms"))
+        .idem_with_timeout(
+            &charge_with("on_concurrent: wait\nwait_timeout: 200ms"),
+            "10s",
+        )
         .await;
     let u = url(&idem, "/invoices/inv_wt/charge");
-    let slow = post(&u, &[("x-mock-delay-ms", "1000")], "{}");
+    // The first call outlasts the duplicate's wait by far, even on a loaded machine.
+    let slow = post(&u, &[("x-mock-delay-ms", "3000")], "{}");
     let dup = async {
         eventually(
             Duration::from_secs(3),
@@ -121,7 +125,7 @@ async fn wait_times_out_with_409(b: Backend) {
             async || env.upstream.executions("charge:inv_wt") == 1,
         )
         .await;
-        post(&u, &[("x-mock-delay-ms", "1000")], "{}").await
+        post(&u, &[("x-mock-delay-ms", "3000")], "{}").await
     };
     let (first, second) = tokio::join!(slow, dup);
     assert_eq!(first.status, 201);
@@ -262,13 +266,16 @@ async fn ambiguous_release_lets_the_retry_through_at_once(b: Backend) {
 
 async fn slow_call_keeps_its_lease_by_renewal(b: Backend) {
     let env = Env::new(b).await;
-    let idem = env.idem(&charge_with("lease: 600ms")).await;
+    let idem = env
+        .idem_with_timeout(&charge_with("lease: 900ms"), "10s")
+        .await;
     let u = url(&idem, "/invoices/inv_s/charge");
-    let first = post(&u, &[("x-mock-delay-ms", "2000")], "{}");
+    // Three times the lease: only renewals (every lease/3) keep the key.
+    let first = post(&u, &[("x-mock-delay-ms", "3000")], "{}");
     let dups = async {
         let mut statuses = Vec::new();
         for _ in 0..6 {
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(Duration::from_millis(400)).await;
             statuses.push(post(&u, &[], "{}").await.status);
         }
         statuses

@@ -1,4 +1,4 @@
-//! Scale-out on Redis: several idem replicas sharing standalone Redis, a Redis Cluster
+//! Scale-out on Redis: three idem processes sharing standalone Redis, a Redis Cluster
 //! or a Sentinel-managed master agree on one execution per intent, and keep serving
 //! through a failover.
 //!
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use idem::app::Running;
-use support::harness::{self, assert_all_got_the_one_result, try_send, url};
+use support::harness::{assert_all_got_the_one_result, try_send, IdemProcess};
+use support::poll::eventually;
 use support::redis::RedisServer;
 use support::redis_cluster::RedisCluster;
 use support::redis_sentinel::RedisSentinelSet;
@@ -63,12 +63,24 @@ fn sentinel(set: &RedisSentinelSet, wait_replicas: u32) -> String {
     )
 }
 
-async fn replicas(yaml: &str) -> Vec<Running> {
-    vec![
-        harness::start(yaml).await,
-        harness::start(yaml).await,
-        harness::start(yaml).await,
-    ]
+/// Three idem processes (the binary, each with its own store connections, subscription
+/// and coalescing map), ready: connected to the store.
+async fn replicas(yaml: &str) -> Vec<IdemProcess> {
+    let idems = vec![
+        IdemProcess::spawn(yaml).await,
+        IdemProcess::spawn(yaml).await,
+        IdemProcess::spawn(yaml).await,
+    ];
+    for idem in &idems {
+        let ready = idem.admin_url("/readyz");
+        eventually(Duration::from_secs(15), "idem ready", async || {
+            try_send("GET", &ready, &[], "")
+                .await
+                .is_ok_and(|r| r.status == 200)
+        })
+        .await;
+    }
+    idems
 }
 
 /// 30 intents × 20 concurrent duplicates spread over three replicas: each intent runs
@@ -78,10 +90,7 @@ async fn storm(store: &str) {
     let idems = replicas(&yaml(&upstream, store, "30s")).await;
     let calls = (0..INTENTS * DUPLICATES).map(|n| {
         let (intent, dup) = (n % INTENTS, n / INTENTS);
-        let u = url(
-            &idems[(intent + dup) % 3],
-            &format!("/invoices/s{intent}/charge"),
-        );
+        let u = idems[(intent + dup) % 3].url(&format!("/invoices/s{intent}/charge"));
         async move {
             let r = try_send("POST", &u, &[("x-mock-delay-ms", "200")], "{}").await;
             (intent, r.expect("answered"))
@@ -117,7 +126,7 @@ async fn storm_on_cluster_executes_each_intent_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_on_sentinel_executes_each_intent_once() {
-    let set = RedisSentinelSet::start(1);
+    let set = RedisSentinelSet::start_without_failover(1);
     storm(&sentinel(&set, 0)).await;
 }
 
@@ -145,7 +154,7 @@ struct Figures {
 /// failed for 1.5 s (idem serves again; at most 30 s), then sends every intent once
 /// more: a repeat must replay, never execute again.
 async fn load_through(
-    idems: &[Running],
+    idems: &[IdemProcess],
     upstream: &MockUpstream,
     fault: impl FnOnce() + Send + 'static,
 ) -> Figures {
@@ -153,7 +162,7 @@ async fn load_through(
     let stop = Arc::new(AtomicBool::new(false));
     // (intent, status, answered at)
     let answers: Arc<Mutex<Vec<(usize, u16, Instant)>>> = Arc::default();
-    let urls: Vec<String> = idems.iter().map(|r| url(r, "")).collect();
+    let urls: Vec<String> = idems.iter().map(|r| r.url("")).collect();
     let loops: Vec<_> = (0..6)
         .map(|_| {
             let (next, stop, urls, answers) =
@@ -227,7 +236,7 @@ async fn load_through(
 /// promoted master still has one to acknowledge), no intent runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
-    let figures = sentinel_master_killed(1).await;
+    let figures = sentinel_failover(Switch::Killed, 1).await;
     eprintln!("sentinel, master killed, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
 }
@@ -236,25 +245,8 @@ async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
 /// (asynchronous replication may lose a fresh reservation or completion).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_master_killed_without_wait_replicas_is_reported() {
-    let figures = sentinel_master_killed(0).await;
+    let figures = sentinel_failover(Switch::Killed, 0).await;
     eprintln!("sentinel, master killed, wait_replicas 0: {figures:?}");
-}
-
-async fn sentinel_master_killed(wait_replicas: u32) -> Figures {
-    let set = RedisSentinelSet::start(2);
-    let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
-    let view = Arc::new(Mutex::new(set));
-    let keep = view.clone();
-    let figures = load_through(&idems, &upstream, move || {
-        let mut set = view.lock().unwrap();
-        let old = set.master();
-        set.servers[old].stop();
-        set.wait_switched(old, Duration::from_secs(20));
-    })
-    .await;
-    drop(keep);
-    figures
 }
 
 /// A planned `SENTINEL FAILOVER` under load with one replica and `wait_replicas: 1`:
@@ -262,21 +254,50 @@ async fn sentinel_master_killed(wait_replicas: u32) -> Figures {
 /// so it grants nothing that the switch could lose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_planned_failover_with_wait_replicas_runs_nothing_twice() {
-    let set = RedisSentinelSet::start(1);
+    let figures = sentinel_failover(Switch::Planned, 1).await;
+    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
+    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+}
+
+/// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
+/// (`cargo test --test redis_scale_out -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures only; about 10 s"]
+async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
+    let figures = sentinel_failover(Switch::Planned, 0).await;
+    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
+}
+
+/// How the Sentinel master goes away.
+#[derive(Clone, Copy)]
+enum Switch {
+    /// Killed: two replicas, so the promoted master keeps one to acknowledge.
+    Killed,
+    /// `SENTINEL FAILOVER`: the old master stays up; one replica.
+    Planned,
+}
+
+async fn sentinel_failover(switch: Switch, wait_replicas: u32) -> Figures {
+    let set = RedisSentinelSet::start(match switch {
+        Switch::Killed => 2,
+        Switch::Planned => 1,
+    });
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, 1), "5s")).await;
+    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
     let view = Arc::new(Mutex::new(set));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
-        let set = view.lock().unwrap();
+        let mut set = view.lock().unwrap();
         let old = set.master();
-        set.force_failover();
+        match switch {
+            Switch::Killed => set.servers[old].stop(),
+            Switch::Planned => set.force_failover(),
+        }
         set.wait_switched(old, Duration::from_secs(20));
     })
     .await;
     drop(keep);
-    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
-    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+    figures
 }
 
 /// A cluster master is killed under load: idem keeps serving once its replica is
@@ -298,25 +319,4 @@ async fn cluster_master_killed_keeps_serving_after_promotion() {
     .await;
     drop(keep);
     eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
-}
-
-/// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
-/// (`cargo test --test redis_scale_out -- --ignored --nocapture`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "figures only; about 10 s"]
-async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
-    let set = RedisSentinelSet::start(1);
-    let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, 0), "5s")).await;
-    let view = Arc::new(Mutex::new(set));
-    let keep = view.clone();
-    let figures = load_through(&idems, &upstream, move || {
-        let set = view.lock().unwrap();
-        let old = set.master();
-        set.force_failover();
-        set.wait_switched(old, Duration::from_secs(20));
-    })
-    .await;
-    drop(keep);
-    eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
 }

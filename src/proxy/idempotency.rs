@@ -65,14 +65,22 @@ struct Flow<'a> {
 }
 
 /// Read the body (bounded) and protect the request.
-pub async fn protect(worker: &Arc<Worker>, inbound: Inbound, body: Incoming) -> Handled {
+pub async fn protect(worker: &Arc<Worker>, mut inbound: Inbound, body: Incoming) -> Handled {
     let limit = inbound.policy.max_request_bytes;
     let timeout = worker.upstream.timeout;
-    match read_body(body, &inbound.parts.headers, limit, timeout).await {
-        Ok(raw) => protect_read(worker, inbound, BodyView::new(raw), None).await,
-        Err(p) => {
-            Flow::new(worker, inbound, BodyView::default(), None).refuse(p, Outcome::rejected)
-        }
+    let raw = read_body(body, &inbound.parts.headers, limit, timeout).await;
+    let captures = std::mem::take(&mut inbound.captures);
+    let view = BodyView::new(raw.as_ref().cloned().unwrap_or_default());
+    let mut flow = Flow::new(worker, inbound, view, None);
+    if let Err(p) = raw {
+        return flow.refuse(p, Outcome::rejected);
+    }
+    // The same steps as `protect_read`, written out: the flow stays a local of this
+    // future instead of moving into a nested one (the hot path of every route).
+    match flow.derive(&captures) {
+        Derived::Reserve(intent) => flow.reserve(intent).await,
+        Derived::Unprotected => flow.unprotected(Outcome::passthrough).await,
+        Derived::Refuse(p) => flow.refuse(p, Outcome::rejected),
     }
 }
 
@@ -93,25 +101,19 @@ pub async fn protect_read(
         );
         return flow.refuse(p, Outcome::rejected);
     }
-    let mcp = flow.mcp.clone();
-    match Intent::derive(
-        &flow.policy,
-        &flow.parts,
-        &captures,
-        &flow.body,
-        mcp.as_deref(),
-    ) {
-        Ok(Some(intent)) => {
-            flow.key = Some(intent.store_key);
-            flow.reserve(intent).await
-        }
-        Ok(None) if !flow.policy.require_key => flow.unprotected(Outcome::passthrough).await,
-        Ok(None) => {
-            let p = problem::key_missing(&flow.policy.name);
-            flow.refuse(p, Outcome::rejected)
-        }
-        Err(e) => flow.refuse(key_problem(e), Outcome::rejected),
+    match flow.derive(&captures) {
+        Derived::Reserve(intent) => flow.reserve(intent).await,
+        Derived::Unprotected => flow.unprotected(Outcome::passthrough).await,
+        Derived::Refuse(p) => flow.refuse(p, Outcome::rejected),
     }
+}
+
+/// What the request's intent leads to.
+enum Derived {
+    Reserve(Intent),
+    /// No key, and the route does not require one.
+    Unprotected,
+    Refuse(Problem),
 }
 
 impl<'a> Flow<'a> {
@@ -136,6 +138,20 @@ impl<'a> Flow<'a> {
             mcp,
             key: None,
             store_time: Duration::ZERO,
+        }
+    }
+
+    /// Derive the intent (key, scope, fingerprint, credentials) from the request.
+    fn derive(&mut self, captures: &Captures) -> Derived {
+        let mcp = self.mcp.as_deref();
+        match Intent::derive(&self.policy, &self.parts, captures, &self.body, mcp) {
+            Ok(Some(intent)) => {
+                self.key = Some(intent.store_key);
+                Derived::Reserve(intent)
+            }
+            Ok(None) if !self.policy.require_key => Derived::Unprotected,
+            Ok(None) => Derived::Refuse(problem::key_missing(&self.policy.name)),
+            Err(e) => Derived::Refuse(key_problem(e)),
         }
     }
 

@@ -366,3 +366,82 @@ async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
     let e = store.ping().await.expect_err("wrong password accepted");
     assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
 }
+
+/// A resharding under a live key: its slot moves to another master between the
+/// reservation and the completion. The fenced completion follows the redirect, and a
+/// waiter on another instance is still woken (its shard subscription moved along).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_resharding_moves_a_live_key_and_its_wake_ups() {
+    use super::support::redis_cluster::{slot, RedisCluster};
+    use super::support::store::{cluster_config, subscribed_with};
+    let cluster = RedisCluster::start(3, 0);
+    let cfg = cluster_config(cluster.seeds());
+    let (a, b) = (subscribed_with(&cfg).await, subscribed_with(&cfg).await);
+    let (a, b) = (Store::Redis(a), Store::Redis(b));
+    let mine = in_progress(LEASE);
+    assert!(won(a.reserve(&key(1), &mine, LEASE).await));
+    let mut watch = b.watch(&key(1));
+
+    let s = slot(b"{01}").to_string();
+    let from = cluster.master_of(slot(b"{01}"));
+    let to = (0..3).find(|&i| i != from).unwrap();
+    let id = |i: usize| {
+        let reply = cluster.nodes[i].command(&["CLUSTER", "MYID"]);
+        reply.lines().nth(1).unwrap().to_string()
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    let ok = "+OK\r\n";
+    assert_eq!(
+        cluster.nodes[to].command(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]),
+        ok
+    );
+    assert_eq!(
+        cluster.nodes[from].command(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]),
+        ok
+    );
+    let name = format!("idem:{{01}}{}", "01".repeat(32));
+    let port = cluster.nodes[to].port().to_string();
+    let moved = cluster.nodes[from].command(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        &name,
+    ]);
+    assert_eq!(moved, ok, "MIGRATE");
+    for node in &cluster.nodes {
+        assert_eq!(
+            node.command(&["CLUSTER", "SETSLOT", &s, "NODE", &to_id]),
+            ok
+        );
+    }
+
+    let done = completed(&mine, RETENTION);
+    let start = Instant::now();
+    let mut replaced = false;
+    // The first attempt may meet the redirect mid-refresh; redis-rs follows MOVED.
+    while !replaced {
+        match a
+            .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
+            .await
+        {
+            Ok(r) => replaced = r,
+            Err(e) => assert!(
+                start.elapsed() < RECOVERY,
+                "completion after resharding: {e}"
+            ),
+        }
+    }
+    timeout(RECOVERY, watch.changed())
+        .await
+        .expect("the waiter on the other instance is woken");
+    eprintln!(
+        "completed and woken {:?} after the slot moved",
+        start.elapsed()
+    );
+    assert_eq!(b.get(&key(1)).await.unwrap(), Some(done));
+    assert!(cluster.nodes[to].command(&["EXISTS", &name]).contains(":1"));
+}

@@ -30,6 +30,16 @@ const REPLICATION: [&str; 4] = [
 
 impl RedisSentinelSet {
     pub fn start(replicas: usize) -> RedisSentinelSet {
+        RedisSentinelSet::launch(replicas, true)
+    }
+
+    /// For tests without a failover: returns as soon as every sentinel names the
+    /// master, without waiting for the sentinels to discover each other (seconds).
+    pub fn start_without_failover(replicas: usize) -> RedisSentinelSet {
+        RedisSentinelSet::launch(replicas, false)
+    }
+
+    fn launch(replicas: usize, failover_ready: bool) -> RedisSentinelSet {
         let master = RedisServer::start_with(&REPLICATION);
         let master_port = master.port().to_string();
         let mut servers = vec![master];
@@ -49,7 +59,11 @@ impl RedisSentinelSet {
             .map(|_| RedisServer::start_sentinel(&lines))
             .collect();
         let set = RedisSentinelSet { servers, sentinels };
-        set.wait_formed(replicas);
+        if failover_ready {
+            set.wait_formed(replicas);
+        } else {
+            set.wait_named();
+        }
         set
     }
 
@@ -100,6 +114,21 @@ impl RedisSentinelSet {
     pub fn force_failover(&self) {
         let reply = self.sentinels[0].command(&["SENTINEL", "FAILOVER", MASTER_NAME]);
         assert_eq!(reply, "+OK\r\n", "SENTINEL FAILOVER refused");
+    }
+
+    fn wait_named(&self) {
+        let start = Instant::now();
+        while !self
+            .sentinels
+            .iter()
+            .all(|s| s.command(&["INFO", "sentinel"]).contains("status=ok"))
+        {
+            assert!(
+                start.elapsed() < FORMATION,
+                "sentinels do not see the master within {FORMATION:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn wait_formed(&self, replicas: usize) {

@@ -45,9 +45,9 @@ impl Backend {
         Backend::RedisCluster(RedisCluster::start(3, 0))
     }
 
-    /// A master, one replica and three sentinels.
+    /// A master, one replica and three sentinels (no failover expected).
     pub fn redis_sentinel() -> Backend {
-        Backend::RedisSentinel(RedisSentinelSet::start(1))
+        Backend::RedisSentinel(RedisSentinelSet::start_without_failover(1))
     }
 
     pub fn postgres() -> Backend {
@@ -83,7 +83,7 @@ impl Backend {
                 OP_TIMEOUT.as_millis()
             ),
             Backend::RedisSentinel(set) => format!(
-                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    sentinel_master: mymaster\n    nodes: [{}]\n    op_timeout: {}ms\n",
+                "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    url: redis://127.0.0.1:1/0\n    sentinel_master: mymaster\n    nodes: [{}]\n    op_timeout: {}ms\n",
                 set.sentinel_urls().join(", "),
                 OP_TIMEOUT.as_millis()
             ),

@@ -117,6 +117,33 @@ fn environment_variables_expand_in_values() {
 }
 
 #[test]
+fn every_redis_field_is_read() {
+    let c = ok(&format!(
+        "{MINIMAL}store:\n  backend: redis\n  redis:\n    mode: sentinel\n{}{}{}{}{}",
+        "    url: rediss://idem:${REDIS_PASSWORD}@ignored/0\n",
+        "    nodes: [\"redis://10.0.0.1:26379\", \"redis://10.0.0.2:26379\"]\n",
+        "    sentinel_master: payments\n",
+        "    wait_replicas: 1\n",
+        "    tls: {ca_file: /etc/idem/ca.pem}\n"
+    ));
+    let r = &c.store.redis;
+    assert_eq!(r.mode, RedisMode::Sentinel);
+    assert_eq!(r.nodes.len(), 2);
+    assert_eq!(r.sentinel_master, "payments");
+    assert_eq!(r.wait_replicas, 1);
+    assert_eq!(
+        r.tls_ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/idem/ca.pem"))
+    );
+    let table = c.route_table();
+    assert!(
+        table.contains("redis sentinel \"payments\" (2 sentinels) wait_replicas 1"),
+        "{table}"
+    );
+    assert!(!table.contains("hunter2"), "the password is never printed");
+}
+
+#[test]
 fn for_upstream_is_the_no_config_setup() {
     let c = Config::for_upstream("http://127.0.0.1:3000").unwrap();
     assert_eq!(c.upstream.url.to_string(), "http://127.0.0.1:3000/");

@@ -210,6 +210,18 @@ fn sections_are_validated() {
         "store.redis.url: invalid Redis URL",
     );
     has(
+        &errors(&format!(
+            "{MINIMAL}store:\n  backend: redis\n  redis:\n    mode: cluster\n    nodes: [\"redis://h:1\"]\n    key_prefix: \"a{{b}}:\"\n"
+        )),
+        "store.redis.key_prefix: in cluster mode the key prefix must not contain",
+    );
+    has(
+        &errors(&format!(
+            "{MINIMAL}store:\n  backend: redis\n  redis:\n    tls: {{ca: x}}\n"
+        )),
+        "store.redis.tls",
+    );
+    has(
         &errors(&format!("{MINIMAL}store: {{backend: disk}}\n")),
         "invalid value \"disk\"; valid values: memory, redis",
     );

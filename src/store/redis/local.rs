@@ -32,14 +32,15 @@ pub(super) const KEEP_COMPLETED: Duration = Duration::from_secs(2);
 const SHARDS: usize = 16;
 
 /// The outcome a leading reservation hands its followers: the record to treat as the
-/// existing one, or the error it met.
+/// existing one.
 type Outcome = Option<Result<Record, StoreError>>;
 
 enum Entry {
+    /// `outcome` is created by the first follower, so a key without duplicates never
+    /// allocates a channel.
     Reserving {
         id: u64,
-        outcome: watch::Receiver<Outcome>,
-        duplicates: bool,
+        outcome: Option<watch::Sender<Outcome>>,
     },
     Owned {
         record: Record,
@@ -76,12 +77,11 @@ pub(super) enum Lookup {
 }
 
 /// The leading reservation's duty to report its outcome; dropping it unreported (the
-/// request was cancelled) lets followers go to Redis themselves.
+/// request was cancelled, or Redis failed) lets followers go to Redis themselves.
 pub(super) struct Leader {
     local: Local,
     key: StoreKey,
     id: u64,
-    outcome: Option<watch::Sender<Outcome>>,
 }
 
 impl Local {
@@ -89,13 +89,9 @@ impl Local {
         let shard = self.shard(key);
         let mut map = lock(&shard.map);
         match map.get_mut(key) {
-            Some(Entry::Reserving {
-                outcome,
-                duplicates,
-                ..
-            }) => {
-                *duplicates = true;
-                return Lookup::Follow(outcome.clone());
+            Some(Entry::Reserving { outcome, .. }) => {
+                let tx = outcome.get_or_insert_with(|| watch::channel(None).0);
+                return Lookup::Follow(tx.subscribe());
             }
             Some(Entry::Owned { record, duplicates }) if record.expires_at_ms > now_ms() => {
                 *duplicates = true;
@@ -111,22 +107,13 @@ impl Local {
         let id = shard
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = watch::channel(None);
-        map.insert(
-            *key,
-            Entry::Reserving {
-                id,
-                outcome: rx,
-                duplicates: false,
-            },
-        );
+        map.insert(*key, Entry::Reserving { id, outcome: None });
         drop(map);
         self.sweep(shard);
         Lookup::Lead(Leader {
             local: self.clone(),
             key: *key,
             id,
-            outcome: Some(tx),
         })
     }
 
@@ -134,9 +121,8 @@ impl Local {
     pub(super) fn written(&self, key: &StoreKey, owner: &Token, record: &Record) {
         let mut map = lock(&self.shard(key).map);
         let duplicates = match map.get(key) {
-            Some(Entry::Owned { duplicates, .. }) | Some(Entry::Reserving { duplicates, .. }) => {
-                *duplicates
-            }
+            Some(Entry::Owned { duplicates, .. }) => *duplicates,
+            Some(Entry::Reserving { outcome, .. }) => outcome.is_some(),
             _ => false,
         };
         if record.is_completed() {
@@ -195,53 +181,46 @@ impl Local {
 
 impl Leader {
     /// Redis granted the key to us: followers see our record as the existing one.
-    pub(super) fn won(mut self, record: &Record) {
-        let mut map = lock(&self.local.shard(&self.key).map);
-        let duplicates = matches!(map.get(&self.key),
-            Some(Entry::Reserving { id, duplicates: true, .. }) if *id == self.id);
-        map.insert(
-            self.key,
-            Entry::Owned {
+    pub(super) fn won(self, record: &Record) {
+        let record = record.clone();
+        self.settle(|duplicates| {
+            let owned = Entry::Owned {
                 record: record.clone(),
                 duplicates,
-            },
-        );
-        drop(map);
-        self.tell(Ok(record.clone()));
+            };
+            (Some(owned), record)
+        });
     }
 
-    /// Redis holds someone else's record (or ours, completed): followers take it too.
-    pub(super) fn exists(mut self, record: &Record) {
+    /// Redis holds someone else's record (or ours, completed): followers take it too,
+    /// and a completed one is kept when there were duplicates.
+    pub(super) fn exists(self, record: &Record) {
+        let record = record.clone();
+        self.settle(|duplicates| {
+            let keep = (record.is_completed() && duplicates).then(|| Entry::Completed {
+                record: record.clone(),
+                until: Instant::now() + KEEP_COMPLETED,
+            });
+            (keep, record)
+        });
+    }
+
+    /// Replaces our `Reserving` entry with what `next` makes of it (given whether
+    /// duplicates arrived), then hands the record to the followers.
+    fn settle(&self, next: impl FnOnce(bool) -> (Option<Entry>, Record)) {
         let mut map = lock(&self.local.shard(&self.key).map);
-        let ours =
-            matches!(map.get(&self.key), Some(Entry::Reserving { id, .. }) if *id == self.id);
-        if ours {
-            let duplicates = matches!(
-                map.get(&self.key),
-                Some(Entry::Reserving {
-                    duplicates: true,
-                    ..
-                })
-            );
-            if record.is_completed() && duplicates {
-                let until = Instant::now() + KEEP_COMPLETED;
-                let record = record.clone();
-                map.insert(self.key, Entry::Completed { record, until });
-            } else {
-                map.remove(&self.key);
-            }
-        }
+        let outcome = match map.get_mut(&self.key) {
+            Some(Entry::Reserving { id, outcome }) if *id == self.id => outcome.take(),
+            _ => return,
+        };
+        let (entry, record) = next(outcome.is_some());
+        match entry {
+            Some(entry) => map.insert(self.key, entry),
+            None => map.remove(&self.key),
+        };
         drop(map);
-        self.tell(Ok(record.clone()));
-    }
-
-    pub(super) fn failed(mut self, error: &StoreError) {
-        self.tell(Err(error.clone()));
-    }
-
-    fn tell(&mut self, outcome: Result<Record, StoreError>) {
-        if let Some(tx) = self.outcome.take() {
-            tx.send_replace(Some(outcome));
+        if let Some(tx) = outcome {
+            tx.send_replace(Some(Ok(record)));
         }
     }
 }

@@ -11,10 +11,11 @@
 //!   shared through [`Events`] (`subscriber.rs`, `sharded.rs`). Everything connects in
 //!   the background: [`RedisStore::connect`] succeeds even while Redis is down.
 //! - `wait_replicas: N` makes reservations and completions wait for N replica acks
-//!   (see [`RedisStore::reserve`]).
-//!
-//! [`connect`]: RedisStore::connect
+//!   (see [`RedisStore::reserve`]; `command.rs`).
+//! - Concurrent duplicates of one key in this process share one reservation, and a key
+//!   the process owns is answered from memory (`local.rs`).
 
+mod command;
 mod conn;
 mod keys;
 mod local;
@@ -29,18 +30,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, FromRedisValue, RedisResult, RedisWrite, ToRedisArgs, Value};
+use redis::{Cmd, RedisResult};
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
+use self::command::{command, eval, millis, Encoded};
 use self::conn::{Conn, Link};
 use self::keys::Layout;
 use self::local::Lookup;
-use self::scripts::{Fenced, Scripts};
+use self::scripts::Scripts;
 pub use self::subscriber::Events;
 use self::target::Target;
-use super::encode::{encode_into, encoded_size_hint};
 use super::record::decode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
@@ -184,7 +184,8 @@ impl RedisStore {
                 match &result {
                     Ok(Reserve::Won) => leader.won(record),
                     Ok(Reserve::Exists(existing)) => leader.exists(existing),
-                    Err(e) => leader.failed(e),
+                    // Dropping the leader lets the followers try Redis themselves.
+                    Err(_) => drop(leader),
                 }
                 result
             }
@@ -345,42 +346,17 @@ impl RedisStore {
             .map(drop)
     }
 
-    /// `WAIT wait_replicas op_timeout` on the node that holds `store_key`, over the link
-    /// that just wrote it (`WAIT` counts that connection's writes). Fewer acks than
-    /// asked for is a store error: a failover now could lose the write.
+    /// `WAIT` for `wait_replicas` acks on the key's node (`command::wait_for_replicas`);
+    /// an error a failover explains makes the connection look for the master again.
     async fn wait_for_replicas(&self, link: &mut Link, store_key: &[u8]) -> Result<(), StoreError> {
-        if self.wait_replicas == 0 {
-            return Ok(());
-        }
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(self.wait_replicas).arg(millis(self.op_timeout));
-        let acked = async {
-            let value = match link {
-                Link::Cluster(cluster) => {
-                    let route = Route::with_key(store_key, SlotAddr::Master);
-                    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                    cluster.route_command(wait, to).await?
-                }
-                _ => wait.query_async::<Value>(link).await?,
-            };
-            Ok::<_, redis::RedisError>(u32::from_redis_value(value)?)
-        };
-        // Redis answers WAIT itself after `op_timeout`; allow it that long plus one.
-        let bound = self.op_timeout * 2;
-        match timeout(bound, acked).await {
-            Ok(Ok(n)) if n >= self.wait_replicas => Ok(()),
-            Ok(Ok(n)) => Err(StoreError::Unavailable(format!(
-                "only {n} of {} replicas acknowledged the write within {:?} (wait_replicas)",
-                self.wait_replicas, self.op_timeout
-            ))),
-            Ok(Err(e)) => {
-                self.wait_conn.suspect(&e);
-                Err(StoreError::Unavailable(format!(
-                    "WAIT for replicas failed: {e}"
-                )))
+        let waited =
+            command::wait_for_replicas(link, store_key, self.wait_replicas, self.op_timeout);
+        waited.await.map_err(|(error, cause)| {
+            if let Some(cause) = cause {
+                self.wait_conn.suspect(&cause);
             }
-            Err(_) => Err(StoreError::Timeout(bound)),
-        }
+            error
+        })
     }
 
     /// Bounds a Redis call by `op_timeout` and maps its errors; an error a failover
@@ -399,58 +375,4 @@ impl RedisStore {
             Err(_) => Err(StoreError::Timeout(self.op_timeout)),
         }
     }
-}
-
-/// A record as one command argument, encoded straight into the command's buffer (no
-/// intermediate copy of the stored body).
-struct Encoded<'a>(&'a Record);
-
-impl ToRedisArgs for Encoded<'_> {
-    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        encode_into(self.0, &mut out.writer_for_next_arg());
-    }
-}
-
-/// `name`, to which the caller appends the arguments. When one of them is `carries`, the
-/// buffer is sized for that record up front, so encoding into it never regrows (and
-/// copies) it midway.
-fn command(name: &str, carries: Option<&Record>) -> Cmd {
-    let bytes = 192 + carries.map_or(0, encoded_size_hint);
-    let mut cmd = Cmd::with_capacity(10, bytes);
-    cmd.arg(name);
-    cmd
-}
-
-/// Runs a fenced script as `EVALSHA <sha> 1 <store key> ARGV...`; on `NOSCRIPT` (after
-/// a Redis restart or `SCRIPT FLUSH`, or a cluster node that never ran it) sends the
-/// same call as `EVAL <source>`, which also caches the script on that node. Building
-/// the command ourselves rather than through `ScriptInvocation` spares two copies of
-/// every argument (the record included).
-async fn eval<T: FromRedisValue>(
-    link: &mut Link,
-    script: &Fenced,
-    store_key: &[u8],
-    carries: Option<&Record>,
-    args: impl Fn(&mut Cmd),
-) -> RedisResult<T> {
-    let call = |verb: &str, body: &str| {
-        let mut cmd = command(verb, carries);
-        cmd.arg(body).arg(1).arg(store_key);
-        args(&mut cmd);
-        cmd
-    };
-    match call("EVALSHA", &script.hash).query_async(link).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            call("EVAL", &script.source).query_async(link).await
-        }
-        other => other,
-    }
-}
-
-/// Milliseconds for `PX`/`WAIT`: Redis rejects `PX 0`, and a sub-millisecond TTL
-/// rounds up rather than to "no expiry".
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis())
-        .unwrap_or(u64::MAX)
-        .clamp(1, i64::MAX as u64)
 }

@@ -35,6 +35,8 @@ use crate::store::Watchers;
 pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(5);
+/// Sentinel mode: how often the subscription checks it is still on the master.
+const MASTER_CHECK: Duration = Duration::from_secs(1);
 
 /// The shared half of every `RedisStore` handle of one process: the event channel's
 /// name, the watchers its messages wake, and the subscription task feeding them, which
@@ -114,14 +116,14 @@ impl Subscriber {
         let mut failures = 0u32;
         loop {
             match timeout(self.timeout, self.subscribe()).await {
-                Ok(Ok(pubsub)) => {
+                Ok(Ok((pubsub, master))) => {
                     tracing::debug!(channel = %self.channel, "redis subscription established");
                     backoff = MIN_BACKOFF;
                     failures = 0;
                     self.subscribed.store(true, Ordering::Release);
                     // Anything published while we were not subscribed was missed.
                     self.watchers.notify_all();
-                    self.listen(pubsub).await;
+                    self.listen(pubsub, master).await;
                     self.subscribed.store(false, Ordering::Release);
                     tracing::warn!(channel = %self.channel, "redis subscription lost; resubscribing");
                 }
@@ -133,14 +135,16 @@ impl Subscriber {
         }
     }
 
-    async fn subscribe(&self) -> Result<PubSub, String> {
-        let client = match &self.target {
-            Target::Standalone(client) => client.clone(),
+    /// The subscription, and in Sentinel mode the master it is on.
+    async fn subscribe(&self) -> Result<(PubSub, Option<(String, u16)>), String> {
+        let (client, master) = match &self.target {
+            Target::Standalone(client) => (client.clone(), None),
             Target::Sentinel(sentinels) => {
                 let (host, port) = sentinels.master_addr().await.map_err(|e| e.to_string())?;
-                sentinels
+                let client = sentinels
                     .master_client(&host, port)
-                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                (client, Some((host, port)))
             }
             Target::Cluster(_) => return Err("cluster mode subscribes per shard".into()),
         };
@@ -149,14 +153,18 @@ impl Subscriber {
             .subscribe(&self.channel)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(pubsub)
+        Ok((pubsub, master))
     }
 
-    /// Returns when the connection is lost or stops answering PINGs.
-    async fn listen(&self, pubsub: PubSub) {
+    /// Returns when the connection is lost or stops answering PINGs, or (Sentinel mode)
+    /// when the sentinels name another master: a deposed master that is still up does
+    /// not see what is published on the new one until Sentinel reconfigures it.
+    async fn listen(&self, pubsub: PubSub, master: Option<(String, u16)>) {
         let (mut sink, mut stream) = pubsub.split();
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.tick().await; // the first tick is immediate
+        let mut check = tokio::time::interval(MASTER_CHECK);
+        check.tick().await;
         loop {
             tokio::select! {
                 msg = stream.next() => match msg {
@@ -167,6 +175,14 @@ impl Subscriber {
                     let pong = sink.ping::<redis::Value>();
                     if !matches!(timeout(self.timeout, pong).await, Ok(Ok(_))) {
                         return;
+                    }
+                }
+                _ = check.tick(), if master.is_some() => {
+                    if let Target::Sentinel(sentinels) = &self.target {
+                        let named = sentinels.master_addr().await.ok();
+                        if named.is_some() && named != master {
+                            return;
+                        }
                     }
                 }
             }
