@@ -12,7 +12,7 @@ use support::upstream::MockUpstream;
 
 async fn idem(upstream: &MockUpstream) -> Running {
     harness::start(&format!(
-        "upstream:\n  url: {}\nroutes:\n  - name: tools\n    path: /mcp\n    mcp:\n      tools: [charge_customer]\n",
+        "upstream:\n  url: {}\nroutes:\n  - name: tools\n    path: /mcp\n    max_request_bytes: 1KiB\n    mcp:\n      tools: [charge_customer]\n",
         upstream.url()
     ))
     .await
@@ -37,8 +37,10 @@ async fn headers_naming_an_unprotected_message_spare_the_body_read() {
     let upstream = MockUpstream::start().await;
     let idem = idem(&upstream).await;
     let mcp = url(&idem, "/mcp");
-    // Over the 1 MiB max_request_bytes: only a message idem must read is refused.
-    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(2 << 20));
+    // Over the route's 1 KiB max_request_bytes: only a message idem must read is
+    // refused. (Small enough for the socket buffers: a refused body larger than them
+    // would break the client's write before it reads the 413.)
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4 << 10));
     let lookup = [("mcp-method", "tools/call"), ("mcp-name", "lookup")];
     let passed = post(&mcp, &lookup, &big).await;
     assert_eq!(passed.status, 201, "streamed through unread");
