@@ -66,8 +66,8 @@ pub enum StoreError {
     Full(usize),
 }
 
-/// The configured backend. An enum rather than a trait object: no boxing on the hot
-/// path, and new backends (Redis Cluster, Sentinel) are new variants.
+/// The configured backend. An enum rather than a trait object: no boxing on the memory
+/// and Redis paths, and new backends (Redis Cluster, Sentinel) are new variants.
 #[derive(Clone)]
 pub enum Store {
     Memory(memory::MemoryStore),
@@ -85,6 +85,20 @@ macro_rules! dispatch {
     };
 }
 
+/// As `dispatch!` for an operation's future: the PostgreSQL driver's futures are several
+/// KB, and inline they would size every store future — and every request future that
+/// holds one, copied on each move — for the memory and Redis paths too. Boxed, they cost
+/// PostgreSQL one allocation per operation (next to a database round trip).
+macro_rules! dispatch_op {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Store::Memory($s) => $e.await,
+            Store::Redis($s) => $e.await,
+            Store::Postgres($s) => Box::pin($e).await,
+        }
+    };
+}
+
 impl Store {
     /// Atomically store `record` under `key` with TTL `lease` if the key is absent.
     pub async fn reserve(
@@ -93,7 +107,7 @@ impl Store {
         record: &Record,
         lease: Duration,
     ) -> Result<Reserve, StoreError> {
-        dispatch!(self, s => s.reserve(key, record, lease).await)
+        dispatch_op!(self, s => s.reserve(key, record, lease))
     }
 
     /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
@@ -107,7 +121,7 @@ impl Store {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.replace_if_owner(key, owner, record, ttl, notify).await)
+        dispatch_op!(self, s => s.replace_if_owner(key, owner, record, ttl, notify))
     }
 
     /// Delete the record only if its token is `owner`, and wake watchers.
@@ -116,17 +130,17 @@ impl Store {
         key: &StoreKey,
         owner: &Token,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.release_if_owner(key, owner).await)
+        dispatch_op!(self, s => s.release_if_owner(key, owner))
     }
 
     /// The current record, if any.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        dispatch!(self, s => s.get(key).await)
+        dispatch_op!(self, s => s.get(key))
     }
 
     /// Unconditional delete (admin), waking watchers. Returns whether a record existed.
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.delete(key).await)
+        dispatch_op!(self, s => s.delete(key))
     }
 
     /// Start watching `key` for completion/release. Create the watch *before* reading
@@ -137,6 +151,6 @@ impl Store {
 
     /// Whether the store answers (readiness).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        dispatch!(self, s => s.ping().await)
+        dispatch_op!(self, s => s.ping())
     }
 }

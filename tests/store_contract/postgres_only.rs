@@ -69,18 +69,17 @@ async fn expired_rows_are_never_replayed_even_before_deletion() {
         .await
         .expect("connect");
     tokio::spawn(conn);
-    holder
-        .batch_execute(&format!(
-            "UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE {row}"
-        ))
-        .await
-        .unwrap();
+    // Locked first, then expired from another session (an UPDATE of a non-key column
+    // is compatible with KEY SHARE): a purge round between the two cannot take it.
     holder
         .batch_execute(&format!(
             "BEGIN; SELECT 1 FROM idem_records WHERE {row} FOR KEY SHARE"
         ))
         .await
         .unwrap();
+    server.psql(&format!(
+        "UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE {row}"
+    ));
     sleep(Duration::from_secs(3)).await; // a purge round has come and gone
     let count = format!("SELECT count(*) FROM idem_records WHERE {row}");
     assert_eq!(server.psql(&count), "1", "still in the table");
