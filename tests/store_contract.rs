@@ -9,7 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem::store::{Reserve, StoreError, Token};
+use idem::key::StoreKey;
+use idem::store::{Reserve, Store, StoreError, Token};
 use tokio::time::{sleep, timeout};
 
 use support::store::{assert_within, completed, in_progress, key, Backend};
@@ -364,6 +365,45 @@ async fn binary_records_round_trip(backend: Backend) {
         Reserve::Exists(existing) => assert_eq!(existing, done),
         Reserve::Won => panic!("completed key reserved again"),
     }
+}
+
+/// Every operation fails with `Unavailable` or `Timeout`, each within `bound`, three times
+/// over. `reserve_key`: a key the store has no local knowledge of (Redis answers a key
+/// this process owns from memory, without asking the server).
+async fn assert_failing_fast(store: &Store, reserve_key: StoreKey, bound: Duration) {
+    let r = in_progress(LEASE);
+    for _ in 0..3 {
+        let start = Instant::now();
+        let results = [
+            store.reserve(&reserve_key, &r, LEASE).await.err(),
+            store.get(&key(1)).await.err(),
+            store
+                .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
+                .await
+                .err(),
+            store.ping().await.err(),
+        ];
+        for e in results {
+            let e = e.expect("an operation succeeded without its server");
+            assert!(
+                matches!(e, StoreError::Unavailable(_) | StoreError::Timeout(_)),
+                "{e:?}"
+            );
+        }
+        let took = start.elapsed();
+        eprintln!("MEASURED four failing operations took {took:?}");
+        assert_within("four failing operations", took, 4 * bound);
+    }
+}
+
+/// Polls until `ping` succeeds, at most `within`; returns how long recovery took.
+async fn wait_recovered(store: &Store, within: Duration) -> Duration {
+    let start = Instant::now();
+    while store.ping().await.is_err() {
+        assert!(start.elapsed() < within, "not recovered within {within:?}");
+        sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
 }
 
 #[path = "store_contract/memory_only.rs"]

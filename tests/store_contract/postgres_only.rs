@@ -11,7 +11,7 @@ use super::support::postgres::PgServer;
 use super::support::store::{
     completed, in_progress, key, listening, postgres_config, wait_listening,
 };
-use super::{won, LEASE, RETENTION, WAKE_BOUND};
+use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION, WAKE_BOUND};
 
 /// `postgres_config`'s op_timeout plus slack: a failing operation answers within it.
 const FAIL_BOUND: Duration = Duration::from_millis(500 + 300);
@@ -129,48 +129,6 @@ async fn a_dropped_table_is_created_again() {
         .await));
 }
 
-/// Every operation fails with `Unavailable` or `Timeout` within the bound.
-async fn assert_failing_fast(store: &Store) {
-    let r = in_progress(LEASE);
-    for _ in 0..3 {
-        let start = Instant::now();
-        let results = [
-            store.reserve(&key(1), &r, LEASE).await.err(),
-            store.get(&key(1)).await.err(),
-            store
-                .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
-                .await
-                .err(),
-            store.ping().await.err(),
-        ];
-        for e in results {
-            let e = e.expect("an operation succeeded without postgres");
-            assert!(
-                matches!(e, StoreError::Unavailable(_) | StoreError::Timeout(_)),
-                "{e:?}"
-            );
-        }
-        let took = start.elapsed();
-        eprintln!("MEASURED four failing operations took {took:?}");
-        assert!(
-            took < 4 * FAIL_BOUND,
-            "four failing operations took {took:?}"
-        );
-    }
-}
-
-async fn wait_recovered(store: &Store) -> Duration {
-    let start = Instant::now();
-    while store.ping().await.is_err() {
-        assert!(
-            start.elapsed() < RECOVERY,
-            "not recovered within {RECOVERY:?}"
-        );
-        sleep(Duration::from_millis(50)).await;
-    }
-    start.elapsed()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
     let mut server = PgServer::start();
@@ -183,9 +141,9 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
     assert!(won(store.reserve(&key(1), &mine, LEASE).await));
 
     server.kill();
-    assert_failing_fast(&store).await;
+    assert_failing_fast(&store, key(1), FAIL_BOUND).await;
     server.restart();
-    let took = wait_recovered(&store).await;
+    let took = wait_recovered(&store, RECOVERY).await;
     eprintln!("MEASURED recovered {took:?} after restart");
 
     // The committed reservation survived the crash.
@@ -219,9 +177,9 @@ async fn frozen_database_times_out_then_recovers() {
         .await
         .unwrap();
     server.pause();
-    assert_failing_fast(&store).await;
+    assert_failing_fast(&store, key(1), FAIL_BOUND).await;
     server.resume();
-    let took = wait_recovered(&store).await;
+    let took = wait_recovered(&store, RECOVERY).await;
     eprintln!("MEASURED recovered {took:?} after SIGCONT");
     assert!(!won(store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
@@ -239,7 +197,7 @@ async fn starts_while_the_database_is_down() {
     );
     assert!(store.ping().await.is_err());
     server.restart();
-    wait_recovered(&store).await;
+    wait_recovered(&store, RECOVERY).await;
     assert!(won(store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await));

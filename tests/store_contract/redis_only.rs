@@ -11,55 +11,11 @@ use super::support::store::{
     assert_within, completed, in_progress, key, redis_config, subscribed, wait_subscribed,
     OP_TIMEOUT,
 };
-use super::{won, LEASE, RETENTION, WAKE_BOUND};
+use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION, WAKE_BOUND};
 
 /// A failing operation must answer within `op_timeout` plus this.
 const MARGIN: Duration = Duration::from_millis(200);
 const RECOVERY: Duration = Duration::from_secs(5);
-
-/// Every operation fails with `Unavailable` or `Timeout`, each within the bound.
-async fn assert_failing_fast(store: &Store) {
-    let r = in_progress(LEASE);
-    for _ in 0..3 {
-        let start = Instant::now();
-        let results = [
-            // Not key(1): a key this process owns is known to be in progress without
-            // asking Redis (in-process coalescing).
-            store.reserve(&key(4), &r, LEASE).await.err(),
-            store.get(&key(1)).await.err(),
-            store
-                .replace_if_owner(&key(1), &r.token, &r, LEASE, true)
-                .await
-                .err(),
-            store.ping().await.err(),
-        ];
-        for e in results {
-            let e = e.expect("an operation succeeded without redis");
-            assert!(
-                matches!(e, StoreError::Unavailable(_) | StoreError::Timeout(_)),
-                "{e:?}"
-            );
-        }
-        assert_within(
-            "four failing operations",
-            start.elapsed(),
-            4 * (OP_TIMEOUT + MARGIN),
-        );
-    }
-}
-
-/// Polls until `ping` succeeds; returns how long recovery took.
-async fn wait_recovered(store: &Store) -> Duration {
-    let start = Instant::now();
-    while store.ping().await.is_err() {
-        assert!(
-            start.elapsed() < RECOVERY,
-            "not recovered within {RECOVERY:?}"
-        );
-        sleep(Duration::from_millis(50)).await;
-    }
-    start.elapsed()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_prefixed_hex_with_the_lease_as_ttl() {
@@ -104,9 +60,9 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
         .unwrap();
 
     server.stop();
-    assert_failing_fast(&store).await;
+    assert_failing_fast(&store, key(4), OP_TIMEOUT + MARGIN).await;
     server.start_again();
-    let took = wait_recovered(&store).await;
+    let took = wait_recovered(&store, RECOVERY).await;
     eprintln!("recovered {took:?} after restart");
 
     // The restarted server is empty and has no scripts loaded (EVALSHA falls back).
@@ -144,7 +100,7 @@ async fn starts_while_redis_is_down_and_connects_later() {
     );
     assert!(!redis.is_subscribed());
     let store = Store::Redis(redis.clone());
-    assert_failing_fast(&store).await;
+    assert_failing_fast(&store, key(4), OP_TIMEOUT + MARGIN).await;
 
     server.start_again();
     // No traffic meanwhile: the store reconnects in the background, so the very first
@@ -175,7 +131,7 @@ async fn paused_redis_times_out_then_recovers() {
         );
     }
     server.resume();
-    wait_recovered(&store).await;
+    wait_recovered(&store, RECOVERY).await;
     assert!(won(store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await));
