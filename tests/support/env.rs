@@ -44,30 +44,7 @@ impl Env {
 #[macro_export]
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::support::store::Backend::memory()).await
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::support::store::Backend::redis()).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::support::store::Backend::postgres()).await
-                }
-            )*
-        }
+        $crate::store_cases!([memory, redis, postgres] [$($name),*]);
     };
 }
 
@@ -76,19 +53,22 @@ macro_rules! both_stores {
 #[macro_export]
 macro_rules! shared_stores {
     ($($name:ident),* $(,)?) => {
-        mod redis {
+        $crate::store_cases!([redis, postgres] [$($name),*]);
+    };
+}
+
+/// One module per store, named after its `Backend` constructor, with a test per case.
+#[macro_export]
+macro_rules! store_cases {
+    ([$($store:ident),*] $names:tt) => {
+        $($crate::store_cases!(@one $store $names);)*
+    };
+    (@one $store:ident [$($name:ident),*]) => {
+        mod $store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::store::Backend::redis()).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::support::store::Backend::postgres()).await
+                    super::$name($crate::support::store::Backend::$store()).await
                 }
             )*
         }
