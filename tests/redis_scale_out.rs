@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,8 +17,13 @@ use futures_util::future::join_all;
 use support::harness::{assert_all_got_the_one_result, try_send, IdemProcess};
 use support::poll::eventually;
 use support::redis::RedisServer;
+use support::redis_acl::{
+    assert_password_hidden, assert_refused, user_args, with_user, PASSWORD, PASSWORD_ENV, WRONG_CA,
+    WRONG_PASSWORD, WRONG_PASSWORD_REFUSED,
+};
 use support::redis_cluster::RedisCluster;
 use support::redis_sentinel::RedisSentinelSet;
+use support::tls::pki;
 use support::upstream::MockUpstream;
 
 const INTENTS: usize = 30;
@@ -66,11 +72,15 @@ fn sentinel(set: &RedisSentinelSet, wait_replicas: u32) -> String {
 /// Three idem processes (the binary, each with its own store connections, subscription
 /// and coalescing map), ready: connected to the store.
 async fn replicas(yaml: &str) -> Vec<IdemProcess> {
-    let idems = vec![
-        IdemProcess::spawn(yaml).await,
-        IdemProcess::spawn(yaml).await,
-        IdemProcess::spawn(yaml).await,
-    ];
+    replicas_with(yaml, &[]).await
+}
+
+/// [`replicas`] with environment variables (a password for `${ENV}`).
+async fn replicas_with(yaml: &str, envs: &[(&str, &str)]) -> Vec<IdemProcess> {
+    let mut idems = Vec::new();
+    for _ in 0..3 {
+        idems.push(IdemProcess::spawn_with(yaml, &[], "warn", envs).await);
+    }
     for idem in &idems {
         let ready = idem.admin_url("/readyz");
         eventually(Duration::from_secs(15), "idem ready", async || {
@@ -86,8 +96,14 @@ async fn replicas(yaml: &str) -> Vec<IdemProcess> {
 /// 30 intents × 20 concurrent duplicates spread over three replicas: each intent runs
 /// once, and every duplicate gets that one result.
 async fn storm(store: &str) {
+    storm_with(store, &[]).await;
+}
+
+/// [`storm`] with environment variables; returns the replicas (for their logs) and
+/// their upstream.
+async fn storm_with(store: &str, envs: &[(&str, &str)]) -> (Vec<IdemProcess>, MockUpstream) {
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, store, "30s")).await;
+    let idems = replicas_with(&yaml(&upstream, store, "30s"), envs).await;
     let calls = (0..INTENTS * DUPLICATES).map(|n| {
         let (intent, dup) = (n % INTENTS, n / INTENTS);
         let u = idems[(intent + dup) % 3].url(&format!("/invoices/s{intent}/charge"));
@@ -110,6 +126,7 @@ async fn storm(store: &str) {
             .collect();
         assert_all_got_the_one_result(&answers);
     }
+    (idems, upstream)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,6 +145,125 @@ async fn storm_on_cluster_executes_each_intent_once() {
 async fn storm_on_sentinel_executes_each_intent_once() {
     let set = RedisSentinelSet::start_without_failover(1);
     storm(&sentinel(&set, 0)).await;
+}
+
+// === TLS and ACL in Cluster and Sentinel mode ===
+//
+// Every node (and sentinel) speaks only TLS, with certificates made by the test; idem
+// reaches them as the ACL user `docs/redis.md` documents for the mode, its password
+// from `${REDIS_PASSWORD}`. Standalone TLS and ACL are in tests/tls.rs. `op_timeout` is
+// 1 s, not 250 ms: a debug build's TLS handshakes under a 600-request storm on a busy
+// machine took longer (one 503 in five runs).
+
+fn tls_cluster(c: &RedisCluster, ca: &Path) -> String {
+    let nodes: Vec<String> = c
+        .seeds()
+        .iter()
+        .map(|u| format!("\"{}\"", with_user(u, "REDIS_PASSWORD")))
+        .collect();
+    format!(
+        "    mode: cluster\n    nodes: [{}]\n    op_timeout: 1s\n    tls: {{ca_file: {}}}\n",
+        nodes.join(", "),
+        ca.display()
+    )
+}
+
+/// The master's credentials (and `rediss`) come from `url`; the sentinels are reached
+/// over TLS too, without a user.
+fn tls_sentinel(set: &RedisSentinelSet, ca: &Path) -> String {
+    format!(
+        "    mode: sentinel\n    url: {}\n    nodes: [{}]\n    sentinel_master: mymaster\n    op_timeout: 1s\n    tls: {{ca_file: {}}}\n",
+        with_user("rediss://127.0.0.1:1/0", "REDIS_PASSWORD"),
+        set.sentinel_urls().join(", "),
+        ca.display()
+    )
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The storm through TLS with the documented ACL user: each intent runs once, the
+/// wake-ups arrive (a duplicate waiting on another replica answers right after the
+/// winner, not at its 1 s safety-net re-read), and the password is in no output.
+async fn tls_storm(store: &str) {
+    let (idems, upstream) = storm_with(store, &PASSWORD_ENV).await;
+    assert_woken_across_replicas(&idems, &upstream).await;
+    for idem in &idems {
+        let logs = idem.logs();
+        assert!(!logs.contains("cannot subscribe"), "{logs}");
+        assert_password_hidden(idem, &PASSWORD_ENV, PASSWORD);
+    }
+}
+
+/// A duplicate waiting on replica 1 while replica 0 runs the intent is answered within
+/// 400 ms of the winner: its wake-up came through the subscription. Without it the
+/// duplicate would re-read only at its 1 s safety net (~600 ms after the winner here).
+async fn assert_woken_across_replicas(idems: &[IdemProcess], upstream: &MockUpstream) {
+    for n in 0..3 {
+        let path = format!("/invoices/wake{n}/charge");
+        let (winner, waiter) = (idems[0].url(&path), idems[1].url(&path));
+        let first = tokio::spawn(async move {
+            let r = try_send("POST", &winner, &[("x-mock-delay-ms", "1500")], "{}").await;
+            (r.expect("winner answered"), Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = try_send("POST", &waiter, &[], "{}")
+            .await
+            .expect("answered");
+        let answered = Instant::now();
+        let (first, done) = first.await.unwrap();
+        assert_eq!(first.status, 201, "{}", first.text());
+        assert!(second.replayed(), "{}", second.text());
+        let lag = answered.saturating_duration_since(done);
+        assert!(
+            lag < Duration::from_millis(400),
+            "woken {lag:?} after the winner"
+        );
+        assert_eq!(upstream.executions(&format!("charge:wake{n}")), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_tls_cluster_with_the_documented_acl_user() {
+    let pki = pki();
+    let user = user_args("cluster");
+    let c = RedisCluster::start_with_tls(Some(&pki.files()), 3, 0, &as_strs(&user));
+    tls_storm(&tls_cluster(&c, &pki.ca_file())).await;
+}
+
+/// Another CA, then a wrong password: refused with the reason in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cluster_refuses_a_wrong_ca_and_a_wrong_password() {
+    let (pki, other) = (pki(), pki());
+    let user = user_args("cluster");
+    let c = RedisCluster::start_with_tls(Some(&pki.files()), 3, 0, &as_strs(&user));
+    let upstream = MockUpstream::start().await;
+    let wrong_ca = yaml(&upstream, &tls_cluster(&c, &other.ca_file()), "5s");
+    assert_refused(&wrong_ca, PASSWORD, WRONG_CA).await;
+    let right_ca = yaml(&upstream, &tls_cluster(&c, &pki.ca_file()), "5s");
+    assert_refused(&right_ca, WRONG_PASSWORD, WRONG_PASSWORD_REFUSED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_tls_sentinel_with_the_documented_acl_user() {
+    let pki = pki();
+    let user = user_args("sentinel");
+    let set = RedisSentinelSet::start_with_tls(Some(&pki.files()), 1, false, &as_strs(&user));
+    tls_storm(&tls_sentinel(&set, &pki.ca_file())).await;
+}
+
+/// Another CA, then a wrong password: refused with the reason in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinel_refuses_a_wrong_ca_and_a_wrong_password() {
+    let (pki, other) = (pki(), pki());
+    let user = user_args("sentinel");
+    let set = RedisSentinelSet::start_with_tls(Some(&pki.files()), 1, false, &as_strs(&user));
+    let upstream = MockUpstream::start().await;
+    let wrong_ca = yaml(&upstream, &tls_sentinel(&set, &other.ca_file()), "5s");
+    assert_refused(&wrong_ca, PASSWORD, WRONG_CA).await;
+    let right_ca = yaml(&upstream, &tls_sentinel(&set, &pki.ca_file()), "5s");
+    assert_refused(&right_ca, WRONG_PASSWORD, WRONG_PASSWORD_REFUSED).await;
 }
 
 // === failover under load ===

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
 use super::redis_cluster::field;
+use super::tls::TlsFiles;
 
 const FORMATION: Duration = Duration::from_secs(30);
 pub const MASTER_NAME: &str = "mymaster";
@@ -30,23 +31,32 @@ const REPLICATION: [&str; 4] = [
 
 impl RedisSentinelSet {
     pub fn start(replicas: usize) -> RedisSentinelSet {
-        RedisSentinelSet::launch(replicas, true)
+        RedisSentinelSet::start_with_tls(None, replicas, true, &[])
     }
 
     /// For tests without a failover: returns as soon as every sentinel names the
     /// master, without waiting for the sentinels to discover each other (seconds).
     pub fn start_without_failover(replicas: usize) -> RedisSentinelSet {
-        RedisSentinelSet::launch(replicas, false)
+        RedisSentinelSet::start_with_tls(None, replicas, false, &[])
     }
 
-    fn launch(replicas: usize, failover_ready: bool) -> RedisSentinelSet {
-        let master = RedisServer::start_with(&REPLICATION);
+    /// With `Some(tls)` the servers and the sentinels speak only TLS (to clients and to
+    /// each other); `extra` arguments go to the servers (e.g. `--user` for an ACL user).
+    /// `failover_ready` as in [`RedisSentinelSet::start`] (else as without failover).
+    pub fn start_with_tls(
+        tls: Option<&TlsFiles>,
+        replicas: usize,
+        failover_ready: bool,
+        extra: &[&str],
+    ) -> RedisSentinelSet {
+        let mut args = REPLICATION.to_vec();
+        args.extend(extra);
+        let master = RedisServer::start_with_tls(tls, &args);
         let master_port = master.port().to_string();
+        args.extend(["--replicaof", "127.0.0.1", &master_port]);
         let mut servers = vec![master];
         for _ in 0..replicas {
-            let mut args = REPLICATION.to_vec();
-            args.extend(["--replicaof", "127.0.0.1", &master_port]);
-            servers.push(RedisServer::start_with(&args));
+            servers.push(RedisServer::start_with_tls(tls, &args));
         }
         let monitor = format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2");
         let lines = [
@@ -56,7 +66,7 @@ impl RedisSentinelSet {
             "sentinel parallel-syncs mymaster 5",
         ];
         let sentinels = (0..3)
-            .map(|_| RedisServer::start_sentinel(&lines))
+            .map(|_| RedisServer::start_sentinel_with_tls(tls, &lines))
             .collect();
         let set = RedisSentinelSet { servers, sentinels };
         if failover_ready {
@@ -69,10 +79,7 @@ impl RedisSentinelSet {
 
     /// Sentinel URLs for `store.redis.nodes`.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port()))
-            .collect()
+        self.sentinels.iter().map(RedisServer::url).collect()
     }
 
     /// Index in `servers` of the master the sentinels name now.
