@@ -23,7 +23,7 @@ use support::redis_acl::{
 };
 use support::redis_cluster::RedisCluster;
 use support::redis_sentinel::RedisSentinelSet;
-use support::tls::pki;
+use support::tls::{pki, Pki};
 use support::upstream::MockUpstream;
 
 const INTENTS: usize = 30;
@@ -404,6 +404,16 @@ async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
     eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
 }
 
+/// The master killed under load with every link over TLS (clients, replication,
+/// sentinels) and the documented ACL user: idem follows the promotion, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
+    let pki = pki();
+    let figures = sentinel_failover_on(Switch::Killed, 1, Some(&pki)).await;
+    eprintln!("sentinel over TLS, master killed, wait_replicas 1: {figures:?}");
+    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+}
+
 /// How the Sentinel master goes away.
 #[derive(Clone, Copy)]
 enum Switch {
@@ -414,12 +424,27 @@ enum Switch {
 }
 
 async fn sentinel_failover(switch: Switch, wait_replicas: u32) -> Figures {
-    let set = RedisSentinelSet::start(match switch {
+    sentinel_failover_on(switch, wait_replicas, None).await
+}
+
+/// [`sentinel_failover`]; with `Some(pki)` over TLS with the documented ACL user.
+async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&Pki>) -> Figures {
+    let servers = match switch {
         Switch::Killed => 2,
         Switch::Planned => 1,
-    });
+    };
+    let user = tls.map(|_| user_args("sentinel")).unwrap_or_default();
+    let files = tls.map(Pki::files);
+    let set = RedisSentinelSet::start_with_tls(files.as_ref(), servers, true, &as_strs(&user));
+    let store = match tls {
+        Some(pki) => format!(
+            "{}    wait_replicas: {wait_replicas}\n",
+            tls_sentinel(&set, &pki.ca_file())
+        ),
+        None => sentinel(&set, wait_replicas),
+    };
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
+    let idems = replicas_with(&yaml(&upstream, &store, "5s"), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(set));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
