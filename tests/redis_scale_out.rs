@@ -414,6 +414,47 @@ async fn tls_sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
 }
 
+/// A planned switch with no traffic (nothing fails, so nothing makes idem suspect):
+/// idem hears `+switch-master` from the sentinels and moves its connections at once,
+/// rather than at its next 1 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_switch_is_followed_when_announced() {
+    let set = RedisSentinelSet::start(1);
+    let upstream = MockUpstream::start().await;
+    let yaml = yaml(&upstream, &sentinel(&set, 0), "5s");
+    let idem = IdemProcess::spawn_with(&yaml, &[], "info", &[]).await;
+    assert_eq!(idem.readiness(200).await.status, 200);
+    let old = set.master();
+    set.force_failover();
+    let switched = set.wait_switched(old, Duration::from_secs(20));
+    let seen = Instant::now();
+    let new_port = set.servers[set.master()].port();
+    let moved = format!("port={new_port}");
+    eventually(
+        Duration::from_secs(5),
+        "idem follows the new master",
+        async || {
+            idem.logs()
+                .lines()
+                .any(|l| l.contains("following the redis master") && l.contains(&moved))
+        },
+    )
+    .await;
+    let lag = seen.elapsed();
+    eprintln!("planned switch without traffic: sentinels switched after {switched:?}, idem followed {lag:?} after the test saw it");
+    let logs = idem.logs();
+    assert!(
+        logs.contains("the sentinels switched the redis master"),
+        "{logs}"
+    );
+    assert!(
+        lag < Duration::from_millis(300),
+        "followed {lag:?} after the switch"
+    );
+    let r = try_send("POST", &idem.url("/invoices/after/charge"), &[], "{}").await;
+    assert_eq!(r.expect("answered").status, 201);
+}
+
 /// How the Sentinel master goes away.
 #[derive(Clone, Copy)]
 enum Switch {
