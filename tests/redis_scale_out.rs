@@ -18,7 +18,7 @@ use support::harness::{assert_all_got_the_one_result, try_send, IdemProcess};
 use support::poll::eventually;
 use support::redis::RedisServer;
 use support::redis_acl::{
-    assert_password_hidden, assert_refused, user_args, with_user, PASSWORD, PASSWORD_ENV, WRONG_CA,
+    assert_password_hidden, assert_refused, with_user, PASSWORD, PASSWORD_ENV, WRONG_CA,
     WRONG_PASSWORD, WRONG_PASSWORD_REFUSED,
 };
 use support::redis_cluster::RedisCluster;
@@ -156,37 +156,37 @@ async fn storm_on_sentinel_executes_each_intent_once() {
 // machine took longer (one 503 in five runs).
 
 fn tls_cluster(c: &RedisCluster, ca: &Path) -> String {
-    let nodes: Vec<String> = c
-        .seeds()
-        .iter()
-        .map(|u| format!("\"{}\"", with_user(u, "REDIS_PASSWORD")))
-        .collect();
     format!(
         "    mode: cluster\n    nodes: [{}]\n    op_timeout: 1s\n    tls: {{ca_file: {}}}\n",
-        nodes.join(", "),
+        quoted_with_user(&c.seeds()),
         ca.display()
     )
 }
 
 /// The master's credentials (and `rediss`) come from `url`; the sentinels are reached
-/// over TLS too, without a user.
+/// over TLS as the same user (with the sentinels' own rules).
 fn tls_sentinel(set: &RedisSentinelSet, ca: &Path) -> String {
     format!(
         "    mode: sentinel\n    url: {}\n    nodes: [{}]\n    sentinel_master: mymaster\n    op_timeout: 1s\n    tls: {{ca_file: {}}}\n",
         with_user("rediss://127.0.0.1:1/0", "REDIS_PASSWORD"),
-        set.sentinel_urls().join(", "),
+        quoted_with_user(&set.sentinel_urls()),
         ca.display()
     )
 }
 
-fn as_strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
+/// `urls` with the user and `${REDIS_PASSWORD}`, quoted for a YAML flow sequence.
+fn quoted_with_user(urls: &[String]) -> String {
+    let quoted: Vec<String> = urls
+        .iter()
+        .map(|u| format!("\"{}\"", with_user(u, "REDIS_PASSWORD")))
+        .collect();
+    quoted.join(", ")
 }
 
 /// The storm through TLS with the documented ACL user: each intent runs once, the
 /// wake-ups arrive (a duplicate waiting on another replica answers right after the
 /// winner, not at its 1 s safety-net re-read), and the password is in no output.
-async fn tls_storm(store: &str) {
+async fn tls_storm(store: &str) -> Vec<IdemProcess> {
     let (idems, upstream) = storm_with(store, &PASSWORD_ENV).await;
     assert_woken_across_replicas(&idems, &upstream).await;
     for idem in &idems {
@@ -194,6 +194,7 @@ async fn tls_storm(store: &str) {
         assert!(!logs.contains("cannot subscribe"), "{logs}");
         assert_password_hidden(idem, &PASSWORD_ENV, PASSWORD);
     }
+    idems
 }
 
 /// A duplicate waiting on replica 1 while replica 0 runs the intent is answered within
@@ -227,8 +228,7 @@ async fn assert_woken_across_replicas(idems: &[IdemProcess], upstream: &MockUpst
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_on_tls_cluster_with_the_documented_acl_user() {
     let pki = pki();
-    let user = user_args("cluster");
-    let c = RedisCluster::start_with_tls(Some(&pki.files()), 3, 0, &as_strs(&user));
+    let c = RedisCluster::start_secured(&pki.files(), 3, 0);
     tls_storm(&tls_cluster(&c, &pki.ca_file())).await;
 }
 
@@ -236,8 +236,7 @@ async fn storm_on_tls_cluster_with_the_documented_acl_user() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_cluster_refuses_a_wrong_ca_and_a_wrong_password() {
     let (pki, other) = (pki(), pki());
-    let user = user_args("cluster");
-    let c = RedisCluster::start_with_tls(Some(&pki.files()), 3, 0, &as_strs(&user));
+    let c = RedisCluster::start_secured(&pki.files(), 3, 0);
     let upstream = MockUpstream::start().await;
     let wrong_ca = yaml(&upstream, &tls_cluster(&c, &other.ca_file()), "5s");
     assert_refused(&wrong_ca, PASSWORD, WRONG_CA).await;
@@ -245,20 +244,36 @@ async fn tls_cluster_refuses_a_wrong_ca_and_a_wrong_password() {
     assert_refused(&right_ca, WRONG_PASSWORD, WRONG_PASSWORD_REFUSED).await;
 }
 
+/// Also: idem's connections to the sentinels (the master's address, `+switch-master`)
+/// are the ACL user's, with the sentinels' documented rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_on_tls_sentinel_with_the_documented_acl_user() {
     let pki = pki();
-    let user = user_args("sentinel");
-    let set = RedisSentinelSet::start_with_tls(Some(&pki.files()), 1, false, &as_strs(&user));
-    tls_storm(&tls_sentinel(&set, &pki.ca_file())).await;
+    let set = RedisSentinelSet::start_secured(&pki.files(), 1, false);
+    let _idems = tls_storm(&tls_sentinel(&set, &pki.ca_file())).await;
+    let clients: String = set
+        .sentinels
+        .iter()
+        .map(|s| s.command(&["CLIENT", "LIST"]))
+        .collect();
+    let ours = clients.lines().filter(|l| l.contains("user=idem")).count();
+    assert!(
+        ours >= 3,
+        "idem's sentinel connections as the user:\n{clients}"
+    );
+    assert!(
+        clients
+            .lines()
+            .any(|l| l.contains("user=idem") && l.contains(" sub=1 ")),
+        "the +switch-master subscription as the user:\n{clients}"
+    );
 }
 
 /// Another CA, then a wrong password: refused with the reason in the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_sentinel_refuses_a_wrong_ca_and_a_wrong_password() {
     let (pki, other) = (pki(), pki());
-    let user = user_args("sentinel");
-    let set = RedisSentinelSet::start_with_tls(Some(&pki.files()), 1, false, &as_strs(&user));
+    let set = RedisSentinelSet::start_secured(&pki.files(), 1, false);
     let upstream = MockUpstream::start().await;
     let wrong_ca = yaml(&upstream, &tls_sentinel(&set, &other.ca_file()), "5s");
     assert_refused(&wrong_ca, PASSWORD, WRONG_CA).await;
@@ -474,9 +489,10 @@ async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&P
         Switch::Killed => 2,
         Switch::Planned => 1,
     };
-    let user = tls.map(|_| user_args("sentinel")).unwrap_or_default();
-    let files = tls.map(Pki::files);
-    let set = RedisSentinelSet::start_with_tls(files.as_ref(), servers, true, &as_strs(&user));
+    let set = match tls {
+        Some(pki) => RedisSentinelSet::start_secured(&pki.files(), servers, true),
+        None => RedisSentinelSet::start(servers),
+    };
     let store = match tls {
         Some(pki) => format!(
             "{}    wait_replicas: {wait_replicas}\n",

@@ -42,6 +42,15 @@ pub fn user_args(mode: &str) -> Vec<String> {
     args
 }
 
+/// A config-file line creating the user with the documented rules for `mode` (for
+/// sentinels, which read their users from their config file).
+pub fn user_line(mode: &str) -> String {
+    format!(
+        "user {USER} on >{PASSWORD} {}",
+        documented_rules(mode).join(" ")
+    )
+}
+
 /// `rediss://idem:${env}@…` (or `redis://`): `url` of the test support with the user's
 /// credentials, the password taken from the environment variable `env` by idem.
 pub fn with_user(url: &str, env: &str) -> String {

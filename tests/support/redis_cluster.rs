@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
+use super::redis_acl::user_args;
 use super::tls::TlsFiles;
 
 const FORMATION: Duration = Duration::from_secs(30);
@@ -20,17 +21,18 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        RedisCluster::start_with_tls(None, masters, replicas, &[])
+        RedisCluster::launch(None, masters, replicas)
     }
 
-    /// With `Some(tls)` every node speaks only TLS (clients, replication, cluster bus);
-    /// `extra` arguments go to every node (e.g. `--user` for an ACL user).
-    pub fn start_with_tls(
-        tls: Option<&TlsFiles>,
-        masters: usize,
-        replicas: usize,
-        extra: &[&str],
-    ) -> RedisCluster {
+    /// Every node speaks only TLS (clients, replication, cluster bus) and has the ACL
+    /// user `docs/redis.md` documents for cluster mode (the default user stays open for
+    /// the support's own commands and `redis-cli --cluster create`).
+    pub fn start_secured(tls: &TlsFiles, masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::launch(Some(tls), masters, replicas)
+    }
+
+    fn launch(tls: Option<&TlsFiles>, masters: usize, replicas: usize) -> RedisCluster {
+        let user = tls.map(|_| user_args("cluster")).unwrap_or_default();
         let mut args = vec![
             "--cluster-enabled",
             "yes",
@@ -43,7 +45,7 @@ impl RedisCluster {
             "--repl-diskless-sync-delay",
             "0",
         ];
-        args.extend(extra);
+        args.extend(user.iter().map(String::as_str));
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| RedisServer::start_with_tls(tls, &args))
             .collect();

@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
+use super::redis_acl::{user_args, user_line};
 use super::redis_cluster::field;
 use super::tls::TlsFiles;
 
@@ -31,26 +32,32 @@ const REPLICATION: [&str; 4] = [
 
 impl RedisSentinelSet {
     pub fn start(replicas: usize) -> RedisSentinelSet {
-        RedisSentinelSet::start_with_tls(None, replicas, true, &[])
+        RedisSentinelSet::launch(None, replicas, true)
     }
 
     /// For tests without a failover: returns as soon as every sentinel names the
     /// master, without waiting for the sentinels to discover each other (seconds).
     pub fn start_without_failover(replicas: usize) -> RedisSentinelSet {
-        RedisSentinelSet::start_with_tls(None, replicas, false, &[])
+        RedisSentinelSet::launch(None, replicas, false)
     }
 
-    /// With `Some(tls)` the servers and the sentinels speak only TLS (to clients and to
-    /// each other); `extra` arguments go to the servers (e.g. `--user` for an ACL user).
-    /// `failover_ready` as in [`RedisSentinelSet::start`] (else as without failover).
-    pub fn start_with_tls(
-        tls: Option<&TlsFiles>,
+    /// The servers and the sentinels speak only TLS (to clients and to each other), and
+    /// each has the ACL user `docs/redis.md` documents for it: the `sentinel` rules on
+    /// the servers, the `sentinels` rules on the sentinels (their default user stays
+    /// open for the support's own commands and for each other). `failover_ready` as in
+    /// [`RedisSentinelSet::start`], else as [`RedisSentinelSet::start_without_failover`].
+    pub fn start_secured(
+        tls: &TlsFiles,
         replicas: usize,
         failover_ready: bool,
-        extra: &[&str],
     ) -> RedisSentinelSet {
+        RedisSentinelSet::launch(Some(tls), replicas, failover_ready)
+    }
+
+    fn launch(tls: Option<&TlsFiles>, replicas: usize, failover_ready: bool) -> RedisSentinelSet {
+        let user = tls.map(|_| user_args("sentinel")).unwrap_or_default();
         let mut args = REPLICATION.to_vec();
-        args.extend(extra);
+        args.extend(user.iter().map(String::as_str));
         let master = RedisServer::start_with_tls(tls, &args);
         let master_port = master.port().to_string();
         args.extend(["--replicaof", "127.0.0.1", &master_port]);
@@ -59,12 +66,16 @@ impl RedisSentinelSet {
             servers.push(RedisServer::start_with_tls(tls, &args));
         }
         let monitor = format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2");
-        let lines = [
+        let sentinel_user = user_line("sentinels");
+        let mut lines = vec![
             monitor.as_str(),
             "sentinel down-after-milliseconds mymaster 1000",
             "sentinel failover-timeout mymaster 10000",
             "sentinel parallel-syncs mymaster 5",
         ];
+        if tls.is_some() {
+            lines.push(&sentinel_user);
+        }
         let sentinels = (0..3)
             .map(|_| RedisServer::start_sentinel_with_tls(tls, &lines))
             .collect();
