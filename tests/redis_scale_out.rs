@@ -70,13 +70,9 @@ fn sentinel(set: &RedisSentinelSet, wait_replicas: u32) -> String {
 }
 
 /// Three idem processes (the binary, each with its own store connections, subscription
-/// and coalescing map), ready: connected to the store.
-async fn replicas(yaml: &str) -> Vec<IdemProcess> {
-    replicas_with(yaml, &[]).await
-}
-
-/// [`replicas`] with environment variables (a password for `${ENV}`).
-async fn replicas_with(yaml: &str, envs: &[(&str, &str)]) -> Vec<IdemProcess> {
+/// and coalescing map), with environment variables `envs` (a password for `${ENV}`),
+/// ready: connected to the store.
+async fn replicas(yaml: &str, envs: &[(&str, &str)]) -> Vec<IdemProcess> {
     let mut idems = Vec::new();
     for _ in 0..3 {
         idems.push(IdemProcess::spawn_with(yaml, &[], "warn", envs).await);
@@ -103,7 +99,7 @@ async fn storm(store: &str) {
 /// their upstream.
 async fn storm_with(store: &str, envs: &[(&str, &str)]) -> (Vec<IdemProcess>, MockUpstream) {
     let upstream = MockUpstream::start().await;
-    let idems = replicas_with(&yaml(&upstream, store, "30s"), envs).await;
+    let idems = replicas(&yaml(&upstream, store, "30s"), envs).await;
     let calls = (0..INTENTS * DUPLICATES).map(|n| {
         let (intent, dup) = (n % INTENTS, n / INTENTS);
         let u = idems[(intent + dup) % 3].url(&format!("/invoices/s{intent}/charge"));
@@ -506,7 +502,7 @@ async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&P
     // the same upstream key). The lease must outlast the failover.
     let lease = if tls.is_some() { "15s" } else { "5s" };
     let upstream = MockUpstream::start().await;
-    let idems = replicas_with(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
+    let idems = replicas(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(set));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
@@ -528,9 +524,35 @@ async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&P
 /// that every key's operations go to one slot and the subscription follows).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_master_killed_keeps_serving_after_promotion() {
-    let c = RedisCluster::start(3, 1);
+    let figures = cluster_failover(None).await;
+    eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
+}
+
+/// The same over TLS (clients, replication, cluster bus) with the documented ACL user:
+/// the promoted replica is reached with the seeds' TLS and credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cluster_master_killed_keeps_serving_after_promotion() {
+    let pki = pki();
+    let figures = cluster_failover(Some(&pki)).await;
+    eprintln!("cluster over TLS, master killed, wait_replicas 0: {figures:?}");
+}
+
+/// Kills the master of slot 0 under load; with `Some(pki)` over TLS with the ACL user.
+async fn cluster_failover(tls: Option<&Pki>) -> Figures {
+    let (c, store, lease) = match tls {
+        Some(pki) => {
+            let c = RedisCluster::start_secured(&pki.files(), 3, 1);
+            let store = tls_cluster(&c, &pki.ca_file());
+            (c, store, "15s")
+        }
+        None => {
+            let c = RedisCluster::start(3, 1);
+            let store = cluster(&c, 0);
+            (c, store, "5s")
+        }
+    };
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &cluster(&c, 0), "5s")).await;
+    let idems = replicas(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(c));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
@@ -541,5 +563,5 @@ async fn cluster_master_killed_keeps_serving_after_promotion() {
     })
     .await;
     drop(keep);
-    eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
+    figures
 }
