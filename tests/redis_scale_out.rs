@@ -247,21 +247,17 @@ async fn storm_on_tls_sentinel_with_the_documented_acl_user() {
     let pki = pki();
     let set = RedisSentinelSet::start_secured(&pki.files(), 1, false);
     let _idems = tls_storm(&tls_sentinel(&set, &pki.ca_file())).await;
-    let clients: String = set
-        .sentinels
-        .iter()
-        .map(|s| s.command(&["CLIENT", "LIST"]))
-        .collect();
-    let ours = clients.lines().filter(|l| l.contains("user=idem")).count();
+    let clients = set.wait_subscribed(Duration::from_secs(10));
+    let ours = clients.iter().filter(|l| l.contains("user=idem")).count();
     assert!(
         ours >= 3,
-        "idem's sentinel connections as the user:\n{clients}"
+        "idem's sentinel connections as the user:\n{clients:#?}"
     );
     assert!(
         clients
-            .lines()
+            .iter()
             .any(|l| l.contains("user=idem") && l.contains(" sub=1 ")),
-        "the +switch-master subscription as the user:\n{clients}"
+        "the +switch-master subscription as the user:\n{clients:#?}"
     );
 }
 
@@ -435,6 +431,7 @@ async fn sentinel_switch_is_followed_when_announced() {
     let yaml = yaml(&upstream, &sentinel(&set, 0), "5s");
     let idem = IdemProcess::spawn_with(&yaml, &[], "info", &[]).await;
     assert_eq!(idem.readiness(200).await.status, 200);
+    set.wait_subscribed(Duration::from_secs(10));
     let old = set.master();
     set.force_failover();
     let switched = set.wait_switched(old, Duration::from_secs(20));

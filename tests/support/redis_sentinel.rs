@@ -93,6 +93,38 @@ impl RedisSentinelSet {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
 
+    /// Every client connection of every running sentinel, one `CLIENT LIST` line each.
+    pub fn clients(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .filter(|s| s.is_running())
+            .flat_map(|s| {
+                let list = s.command(&["CLIENT", "LIST"]);
+                list.lines()
+                    .filter(|l| l.starts_with("id="))
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Waits until some sentinel has a subscribed client other than the sentinels
+    /// themselves (which never subscribe to each other): idem's `+switch-master`.
+    pub fn wait_subscribed(&self, within: Duration) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let clients = self.clients();
+            if clients.iter().any(|l| l.contains(" sub=1 ")) {
+                return clients;
+            }
+            assert!(
+                start.elapsed() < within,
+                "nobody subscribed to the sentinels within {within:?}: {clients:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Index in `servers` of the master the sentinels name now.
     pub fn master(&self) -> usize {
         let port = self.named_master_port();
