@@ -10,6 +10,7 @@
 //! (docs/benchmarks.md has the A/B). One acceptor spreads connections over the workers
 //! by their open connection counts (`server::accept`).
 
+use crate::traces::Traces;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -40,8 +41,9 @@ pub async fn start(
     config: &Config,
     shared: SharedStore,
     stop: watch::Receiver<bool>,
+    traces: Option<Traces>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
-    let control = Control::new(config, Metrics::new());
+    let control = Control::new(config, Metrics::new(), traces);
     let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();
