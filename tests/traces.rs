@@ -1,0 +1,235 @@
+//! SPEC §6 "Traces": idem as a process exporting OTLP/HTTP to a real receiver that
+//! decodes the official protobuf. A fresh call and its replay export their spans in
+//! the callers' traces, the upstream gets idem's span as parent, the replay links to
+//! the execution it replays (through the record, so through the store's codec), and
+//! nothing is exported or changed when traces are off.
+
+mod support;
+
+use std::time::Duration;
+
+use support::env::{Backend, Env};
+use support::harness::{post, IdemProcess};
+use support::otlp::{ExportedSpan, OtlpReceiver};
+use support::upstream::Received;
+
+const SERVER: i32 = 2;
+const CLIENT: i32 = 3;
+
+/// A raw key that must never appear in a span.
+const RAW_KEY: &str = "order-SECRET-7781";
+
+const ROUTES: &str = r#"
+routes:
+  - name: charge
+    methods: [POST]
+    path: /invoices/{invoice_id}/charge
+    key: "{header.idempotency-key}"
+"#;
+
+/// Export quickly: the batch processor's default delay is 5 s.
+const FAST_BATCHES: (&str, &str) = ("OTEL_BSP_SCHEDULE_DELAY", "50");
+
+fn traceparent(trace: &str, span: &str) -> String {
+    format!("00-{trace}-{span}-01")
+}
+
+/// (trace id, parent span id) of a `traceparent` the upstream received.
+fn received_parent(r: &Received) -> (String, String) {
+    let value = r.headers["traceparent"].to_str().unwrap();
+    let parts: Vec<&str> = value.split('-').collect();
+    assert_eq!(parts.len(), 4, "{value}");
+    (parts[1].to_owned(), parts[2].to_owned())
+}
+
+async fn charge(idem: &IdemProcess, headers: &[(&str, &str)]) -> support::harness::Resp {
+    let mut all = vec![("idempotency-key", RAW_KEY), ("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    post(&idem.url("/invoices/inv_1/charge"), &all, r#"{"amount":100}"#).await
+}
+
+fn child_of<'a>(spans: &'a [ExportedSpan], parent: &ExportedSpan, name: &str) -> &'a ExportedSpan {
+    spans
+        .iter()
+        .find(|s| s.name == name && s.parent_span_id == parent.span_id)
+        .unwrap_or_else(|| panic!("no {name} span under {}: {spans:#?}", parent.name))
+}
+
+/// Configured by the standard variables: the fresh call's spans in the caller's trace,
+/// the upstream's parent among them, the replay (another caller trace) linked to it.
+async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
+    let otlp = OtlpReceiver::start().await;
+    let env = Env::new(b).await;
+    let endpoint = otlp.url();
+    let envs = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "idem-under-test"),
+        FAST_BATCHES,
+    ];
+    let yaml = format!("{}{ROUTES}", env.base_yaml("3s"));
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
+
+    let (trace_a, caller_a) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let first = charge(&idem, &[("traceparent", &traceparent(trace_a, caller_a))]).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let server_a = otlp
+        .span("the fresh call's server span", |s| {
+            s.kind == SERVER && s.trace_id == trace_a
+        })
+        .await;
+    assert_eq!(server_a.parent_span_id, caller_a, "child of the caller's span");
+    assert_eq!(server_a.service, "idem-under-test");
+    assert_eq!(server_a.name, "POST /invoices/{invoice_id}/charge");
+    assert_eq!(server_a.attr("http.route"), Some("/invoices/{invoice_id}/charge"));
+    assert_eq!(server_a.attr("http.request.method"), Some("POST"));
+    assert_eq!(server_a.attr("http.response.status_code"), Some("201"));
+    assert_eq!(server_a.attr("idem.route"), Some("charge"));
+    assert_eq!(server_a.attr("idem.outcome"), Some("forwarded"));
+    assert_eq!(server_a.attr("idem.replayed"), Some("false"));
+    assert_eq!(server_a.attr("idem.attempt"), Some("1"));
+    let key_hash = server_a.attr("idem.key_hash").expect("key hash");
+    assert!(key_hash.len() == 64 && key_hash.bytes().all(|b| b.is_ascii_hexdigit()));
+
+    // The upstream's traceparent: the caller's trace, idem's upstream span as parent.
+    let got = env.upstream.received();
+    let (trace, parent) = received_parent(&got[0]);
+    assert_eq!(trace, trace_a);
+    assert_ne!(parent, caller_a, "the caller's span id was replaced");
+    let upstream = otlp
+        .span("the upstream call's span", |s| s.span_id == parent)
+        .await;
+    assert_eq!(upstream.kind, CLIENT);
+    assert_eq!(upstream.parent_span_id, server_a.span_id);
+    assert_eq!(upstream.attr("http.response.status_code"), Some("201"));
+    // The store operations, children of the request's span.
+    otlp.span("the completion's span", |s| s.name == "idem.store complete")
+        .await;
+    let spans = otlp.spans();
+    child_of(&spans, &server_a, "idem.store reserve");
+    child_of(&spans, &server_a, "idem.store complete");
+
+    // The replay, from another caller trace: its own span, linked to the execution.
+    let (trace_b, caller_b) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let again = charge(&idem, &[("traceparent", &traceparent(trace_b, caller_b))]).await;
+    assert!(again.replayed());
+    let server_b = otlp
+        .span("the replay's server span", |s| s.kind == SERVER && s.trace_id == trace_b)
+        .await;
+    assert_eq!(server_b.parent_span_id, caller_b);
+    assert_eq!(server_b.attr("idem.outcome"), Some("replayed"));
+    assert_eq!(server_b.attr("idem.replayed"), Some("true"));
+    assert_eq!(server_b.attr("idem.attempt"), Some("1"));
+    assert_eq!(server_b.attr("idem.key_hash"), Some(key_hash));
+    assert_eq!(
+        server_b.links,
+        vec![(trace_a.to_owned(), server_a.span_id.clone())],
+        "the replay links to the execution it replays"
+    );
+    let spans = otlp.spans();
+    child_of(&spans, &server_b, "idem.store reserve");
+    assert_eq!(env.upstream.received().len(), 1, "the replay was not forwarded");
+
+    // The raw key is nowhere in what was exported.
+    for span in &spans {
+        for (k, v) in &span.attributes {
+            assert!(!v.contains(RAW_KEY), "{} carries the raw key in {k}", span.name);
+        }
+    }
+}
+
+/// Configured by the file: a caller without `traceparent` starts a new trace, which
+/// the upstream continues.
+async fn a_caller_without_traceparent_gets_a_new_trace(b: Backend) {
+    let otlp = OtlpReceiver::start().await;
+    let env = Env::new(b).await;
+    let telemetry = format!(
+        "telemetry:\n  otlp_endpoint: {}\n  service_name: from-file\n",
+        otlp.url()
+    );
+    let yaml = format!("{}{telemetry}{ROUTES}", env.base_yaml("3s"));
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
+    let first = charge(&idem, &[]).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let server = otlp.span("the server span", |s| s.kind == SERVER).await;
+    assert_eq!(server.parent_span_id, "", "a root span");
+    assert_eq!(server.service, "from-file");
+    let (trace, parent) = received_parent(&env.upstream.received()[0]);
+    assert_eq!(trace, server.trace_id);
+    let upstream = otlp.span("the upstream span", |s| s.span_id == parent).await;
+    assert_eq!(upstream.parent_span_id, server.span_id);
+}
+
+/// No endpoint: nothing is exported, and the caller's `traceparent` reaches the
+/// upstream as it was sent.
+async fn nothing_is_exported_when_off(b: Backend) {
+    let otlp = OtlpReceiver::start().await;
+    let env = Env::new(b).await;
+    let yaml = format!("{}{ROUTES}", env.base_yaml("3s"));
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
+    let sent = traceparent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let headers = [("traceparent", sent.as_str()), ("tracestate", "v=1")];
+    assert_eq!(charge(&idem, &headers).await.status, 201);
+    assert!(charge(&idem, &headers).await.replayed());
+    let got = env.upstream.received();
+    assert_eq!(got[0].headers["traceparent"], sent.as_str());
+    assert_eq!(got[0].headers["tracestate"], "v=1");
+    // Well past the batch delay, and past a drain (which would flush).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    idem.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(otlp.requests(), 0);
+}
+
+/// The spans of the last requests are sent on SIGTERM even when the batch delay has
+/// not passed.
+async fn the_drain_flushes_the_batch(b: Backend) {
+    let otlp = OtlpReceiver::start().await;
+    let env = Env::new(b).await;
+    let yaml = format!("{}{ROUTES}", env.base_yaml("3s"));
+    let envs = [
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &*format!("{}/v1/traces", otlp.url())),
+        ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+    ];
+    let mut idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
+    assert_eq!(charge(&idem, &[]).await.status, 201);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(otlp.requests(), 0, "batched, not sent yet");
+    idem.signal("TERM");
+    let status = idem.child.wait().unwrap();
+    assert!(status.success(), "{}", idem.logs());
+    assert!(otlp.spans().iter().any(|s| s.kind == SERVER));
+}
+
+mod memory {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fresh_call_and_replay_are_traced_and_linked() {
+        super::fresh_call_and_replay_are_traced_and_linked(Backend::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_without_traceparent_gets_a_new_trace() {
+        super::a_caller_without_traceparent_gets_a_new_trace(Backend::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nothing_is_exported_when_off() {
+        super::nothing_is_exported_when_off(Backend::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_drain_flushes_the_batch() {
+        super::the_drain_flushes_the_batch(Backend::memory()).await
+    }
+}
+
+/// The link lives in the record: through Redis it goes through the codec.
+mod redis {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fresh_call_and_replay_are_traced_and_linked() {
+        super::fresh_call_and_replay_are_traced_and_linked(Backend::redis()).await
+    }
+}
