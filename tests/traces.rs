@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use support::env::{Backend, Env};
-use support::harness::{post, IdemProcess};
+use support::harness::{post, send, IdemProcess};
 use support::otlp::{ExportedSpan, OtlpReceiver};
 use support::upstream::Received;
 
@@ -128,6 +128,10 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
     let spans = otlp.spans();
     child_of(&spans, &server_b, "idem.store reserve");
     assert_eq!(env.upstream.received().len(), 1, "the replay was not forwarded");
+    // The admin key view names the execution's trace.
+    let view = send("GET", &idem.admin_url(&format!("/v1/keys/charge/{RAW_KEY}")), &[], "").await;
+    assert_eq!(view.json()["trace_id"], trace_a, "{}", view.text());
+    assert_eq!(view.json()["span_id"], server_a.span_id.as_str());
 
     // The raw key is nowhere in what was exported.
     for span in &spans {
@@ -135,6 +139,36 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
             assert!(!v.contains(RAW_KEY), "{} carries the raw key in {k}", span.name);
         }
     }
+}
+
+/// A duplicate that waits for the execution in flight and gets its replay links to it.
+async fn a_waiting_duplicate_links_to_the_execution(b: Backend) {
+    let otlp = OtlpReceiver::start().await;
+    let env = Env::new(b).await;
+    let telemetry = format!("telemetry:\n  otlp_endpoint: {}\n", otlp.url());
+    let routes = format!("{ROUTES}    on_concurrent: wait\n    wait_timeout: 5s\n");
+    let yaml = format!("{}{telemetry}{routes}", env.base_yaml("3s"));
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
+    let slow = ("x-mock-delay-ms", "700");
+    let (trace_a, trace_b) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
+    let tp_a = traceparent(trace_a, "1111111111111111");
+    let tp_b = traceparent(trace_b, "2222222222222222");
+    let (headers_a, headers_b) = ([slow, ("traceparent", &tp_a)], [slow, ("traceparent", &tp_b)]);
+    let (first, second) = tokio::join!(charge(&idem, &headers_a), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        charge(&idem, &headers_b).await
+    });
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert!(second.replayed(), "{}", second.text());
+    let server_a = otlp
+        .span("the execution's span", |s| s.kind == SERVER && s.trace_id == trace_a)
+        .await;
+    let server_b = otlp
+        .span("the duplicate's span", |s| s.kind == SERVER && s.trace_id == trace_b)
+        .await;
+    assert_eq!(server_b.attr("idem.outcome"), Some("replayed"));
+    assert_eq!(server_b.links, vec![(trace_a.to_owned(), server_a.span_id)]);
+    assert_eq!(env.upstream.total_executions(), 1);
 }
 
 /// Configured by the file: a caller without `traceparent` starts a new trace, which
@@ -214,6 +248,11 @@ mod memory {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_duplicate_links_to_the_execution() {
+        super::a_waiting_duplicate_links_to_the_execution(Backend::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn nothing_is_exported_when_off() {
         super::nothing_is_exported_when_off(Backend::memory()).await
     }
@@ -231,5 +270,10 @@ mod redis {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fresh_call_and_replay_are_traced_and_linked() {
         super::fresh_call_and_replay_are_traced_and_linked(Backend::redis()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_duplicate_links_to_the_execution() {
+        super::a_waiting_duplicate_links_to_the_execution(Backend::redis()).await
     }
 }
