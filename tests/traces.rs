@@ -43,9 +43,17 @@ fn received_parent(r: &Received) -> (String, String) {
 }
 
 async fn charge(idem: &IdemProcess, headers: &[(&str, &str)]) -> support::harness::Resp {
-    let mut all = vec![("idempotency-key", RAW_KEY), ("content-type", "application/json")];
+    let mut all = vec![
+        ("idempotency-key", RAW_KEY),
+        ("content-type", "application/json"),
+    ];
     all.extend_from_slice(headers);
-    post(&idem.url("/invoices/inv_1/charge"), &all, r#"{"amount":100}"#).await
+    post(
+        &idem.url("/invoices/inv_1/charge"),
+        &all,
+        r#"{"amount":100}"#,
+    )
+    .await
 }
 
 fn child_of<'a>(spans: &'a [ExportedSpan], parent: &ExportedSpan, name: &str) -> &'a ExportedSpan {
@@ -77,10 +85,16 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
             s.kind == SERVER && s.trace_id == trace_a
         })
         .await;
-    assert_eq!(server_a.parent_span_id, caller_a, "child of the caller's span");
+    assert_eq!(
+        server_a.parent_span_id, caller_a,
+        "child of the caller's span"
+    );
     assert_eq!(server_a.service, "idem-under-test");
     assert_eq!(server_a.name, "POST /invoices/{invoice_id}/charge");
-    assert_eq!(server_a.attr("http.route"), Some("/invoices/{invoice_id}/charge"));
+    assert_eq!(
+        server_a.attr("http.route"),
+        Some("/invoices/{invoice_id}/charge")
+    );
     assert_eq!(server_a.attr("http.request.method"), Some("POST"));
     assert_eq!(server_a.attr("http.response.status_code"), Some("201"));
     assert_eq!(server_a.attr("idem.route"), Some("charge"));
@@ -113,7 +127,9 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
     let again = charge(&idem, &[("traceparent", &traceparent(trace_b, caller_b))]).await;
     assert!(again.replayed());
     let server_b = otlp
-        .span("the replay's server span", |s| s.kind == SERVER && s.trace_id == trace_b)
+        .span("the replay's server span", |s| {
+            s.kind == SERVER && s.trace_id == trace_b
+        })
         .await;
     assert_eq!(server_b.parent_span_id, caller_b);
     assert_eq!(server_b.attr("idem.outcome"), Some("replayed"));
@@ -127,16 +143,30 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
     );
     let spans = otlp.spans();
     child_of(&spans, &server_b, "idem.store reserve");
-    assert_eq!(env.upstream.received().len(), 1, "the replay was not forwarded");
+    assert_eq!(
+        env.upstream.received().len(),
+        1,
+        "the replay was not forwarded"
+    );
     // The admin key view names the execution's trace.
-    let view = send("GET", &idem.admin_url(&format!("/v1/keys/charge/{RAW_KEY}")), &[], "").await;
+    let view = send(
+        "GET",
+        &idem.admin_url(&format!("/v1/keys/charge/{RAW_KEY}")),
+        &[],
+        "",
+    )
+    .await;
     assert_eq!(view.json()["trace_id"], trace_a, "{}", view.text());
     assert_eq!(view.json()["span_id"], server_a.span_id.as_str());
 
     // The raw key is nowhere in what was exported.
     for span in &spans {
         for (k, v) in &span.attributes {
-            assert!(!v.contains(RAW_KEY), "{} carries the raw key in {k}", span.name);
+            assert!(
+                !v.contains(RAW_KEY),
+                "{} carries the raw key in {k}",
+                span.name
+            );
         }
     }
 }
@@ -150,10 +180,16 @@ async fn a_waiting_duplicate_links_to_the_execution(b: Backend) {
     let yaml = format!("{}{telemetry}{routes}", env.base_yaml("3s"));
     let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
     let slow = ("x-mock-delay-ms", "700");
-    let (trace_a, trace_b) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
+    let (trace_a, trace_b) = (
+        "11111111111111111111111111111111",
+        "22222222222222222222222222222222",
+    );
     let tp_a = traceparent(trace_a, "1111111111111111");
     let tp_b = traceparent(trace_b, "2222222222222222");
-    let (headers_a, headers_b) = ([slow, ("traceparent", &tp_a)], [slow, ("traceparent", &tp_b)]);
+    let (headers_a, headers_b) = (
+        [slow, ("traceparent", &tp_a)],
+        [slow, ("traceparent", &tp_b)],
+    );
     let (first, second) = tokio::join!(charge(&idem, &headers_a), async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         charge(&idem, &headers_b).await
@@ -161,10 +197,14 @@ async fn a_waiting_duplicate_links_to_the_execution(b: Backend) {
     assert_eq!(first.status, 201, "{}", first.text());
     assert!(second.replayed(), "{}", second.text());
     let server_a = otlp
-        .span("the execution's span", |s| s.kind == SERVER && s.trace_id == trace_a)
+        .span("the execution's span", |s| {
+            s.kind == SERVER && s.trace_id == trace_a
+        })
         .await;
     let server_b = otlp
-        .span("the duplicate's span", |s| s.kind == SERVER && s.trace_id == trace_b)
+        .span("the duplicate's span", |s| {
+            s.kind == SERVER && s.trace_id == trace_b
+        })
         .await;
     assert_eq!(server_b.attr("idem.outcome"), Some("replayed"));
     assert_eq!(server_b.links, vec![(trace_a.to_owned(), server_a.span_id)]);
@@ -189,7 +229,9 @@ async fn a_caller_without_traceparent_gets_a_new_trace(b: Backend) {
     assert_eq!(server.service, "from-file");
     let (trace, parent) = received_parent(&env.upstream.received()[0]);
     assert_eq!(trace, server.trace_id);
-    let upstream = otlp.span("the upstream span", |s| s.span_id == parent).await;
+    let upstream = otlp
+        .span("the upstream span", |s| s.span_id == parent)
+        .await;
     assert_eq!(upstream.parent_span_id, server.span_id);
 }
 
@@ -221,7 +263,10 @@ async fn the_drain_flushes_the_batch(b: Backend) {
     let env = Env::new(b).await;
     let yaml = format!("{}{ROUTES}", env.base_yaml("3s"));
     let envs = [
-        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &*format!("{}/v1/traces", otlp.url())),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            &*format!("{}/v1/traces", otlp.url()),
+        ),
         ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
     ];
     let mut idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;

@@ -11,7 +11,15 @@ use super::{defaults, env, routes, sections, yaml, Config};
 
 /// The top-level fields of a file.
 const TOP_FIELDS: &[&str] = &[
-    "listen", "server", "admin", "upstream", "store", "telemetry", "default", "defaults", "routes",
+    "listen",
+    "server",
+    "admin",
+    "upstream",
+    "store",
+    "telemetry",
+    "default",
+    "defaults",
+    "routes",
 ];
 
 impl Config {

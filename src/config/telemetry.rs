@@ -103,12 +103,36 @@ mod tests {
     #[test]
     fn bad_values_are_reported_with_their_field() {
         for (yaml, field, says) in [
-            ("  otlp_endpoint: https://c:4318\n", "telemetry.otlp_endpoint", "plain http"),
-            ("  otlp_endpoint: grpc://c:4317\n", "telemetry.otlp_endpoint", "http://"),
-            ("  otlp_endpoint: http://c:4318/?a=1\n", "telemetry.otlp_endpoint", "query"),
-            ("  sample_ratio: 1.5\n", "telemetry.sample_ratio", "from 0 to 1"),
-            ("  sample_ratio: half\n", "telemetry.sample_ratio", "from 0 to 1"),
-            ("  endpoint: http://c:4318\n", "telemetry.endpoint", "otlp_endpoint"),
+            (
+                "  otlp_endpoint: https://c:4318\n",
+                "telemetry.otlp_endpoint",
+                "plain http",
+            ),
+            (
+                "  otlp_endpoint: grpc://c:4317\n",
+                "telemetry.otlp_endpoint",
+                "http://",
+            ),
+            (
+                "  otlp_endpoint: http://c:4318/?a=1\n",
+                "telemetry.otlp_endpoint",
+                "query",
+            ),
+            (
+                "  sample_ratio: 1.5\n",
+                "telemetry.sample_ratio",
+                "from 0 to 1",
+            ),
+            (
+                "  sample_ratio: half\n",
+                "telemetry.sample_ratio",
+                "from 0 to 1",
+            ),
+            (
+                "  endpoint: http://c:4318\n",
+                "telemetry.endpoint",
+                "otlp_endpoint",
+            ),
         ] {
             let err = load(yaml).unwrap_err();
             assert!(err.contains(field) && err.contains(says), "{yaml}: {err}");

@@ -181,7 +181,7 @@ impl<'a> Flow<'a> {
             let mut mine = intent.reservation(&policy);
             if let Some(trace) = self.trace {
                 // The in-progress record already names the execution that will answer.
-                mine.trace = trace.link();
+                mine.trace = trace.link().map(Box::new);
             }
             let worker = self.worker;
             let store = &worker.store;
@@ -207,9 +207,11 @@ impl<'a> Flow<'a> {
             let decision = decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms());
             if let Some(trace) = self.trace {
                 match &decision {
-                    Decision::Replay { .. } => trace.replays(existing.trace, existing.attempt),
+                    Decision::Replay { .. } => {
+                        trace.replays(existing.trace.as_deref(), existing.attempt)
+                    }
                     // Refused because of that record (in progress, or another payload).
-                    Decision::Refuse(..) => trace.link_to(existing.trace, "refused_by"),
+                    Decision::Refuse(..) => trace.link_to(existing.trace.as_deref(), "refused_by"),
                     _ => {}
                 }
             }
@@ -225,7 +227,7 @@ impl<'a> Flow<'a> {
                 Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
                 Decision::NewAttempt => {
                     let mut next = existing.next_attempt(policy.lease);
-                    next.trace = self.trace.and_then(RequestTrace::link);
+                    next.trace = self.trace.and_then(RequestTrace::link).map(Box::new);
                     let taken = store.replace_if_owner(
                         &intent.store_key,
                         &existing.token,

@@ -137,9 +137,7 @@ impl Proxy {
         let handled = match &policy.mcp {
             None => Box::pin(idempotency::protect(&self.worker, inbound, body, traced)).await,
             // An MCP endpoint: only its protected `tools/call` go through the flow.
-            Some(route) => {
-                Box::pin(mcp::handle(&self.worker, route, inbound, body, traced)).await
-            }
+            Some(route) => Box::pin(mcp::handle(&self.worker, route, inbound, body, traced)).await,
         };
         if let Some(trace) = &trace {
             let status = handled.response.status().as_u16();
@@ -175,8 +173,7 @@ async fn forward_unprotected(
     format: &ProblemFormat,
     trace: Option<&RequestTrace>,
 ) -> Response<ProxyBody> {
-    let mut request =
-        forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
+    let mut request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
     let span = trace.map(|t| Box::new(t.upstream(&mut request)));
     let sent = worker.client.send(request, worker.upstream.timeout).await;
     if let Some(span) = span {

@@ -70,7 +70,11 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
         expires_at_ms: meta.expires_at_ms,
         response,
         // Informational: a damaged link is dropped rather than failing the replay.
-        trace: meta.trace.as_deref().and_then(TraceLink::parse),
+        trace: meta
+            .trace
+            .as_deref()
+            .and_then(TraceLink::parse)
+            .map(Box::new),
     })
 }
 
@@ -190,14 +194,17 @@ pub(super) mod tests {
     #[test]
     fn trace_link_round_trips_and_is_optional() {
         let mut r = completed(Some(b"{}"));
-        r.trace = Some(TraceLink {
+        r.trace = Some(Box::new(TraceLink {
             trace_id: [0x4b; 16],
             span_id: [0x0c; 8],
-        });
+        }));
         let bytes = encode(&r);
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let field = format!(",\"trace\":\"{}-{}\"", "4b".repeat(16), "0c".repeat(8));
-        assert!(text.contains(&format!("\"body_stored\":true{field}}}\n")), "{text}");
+        assert!(
+            text.contains(&format!("\"body_stored\":true{field}}}\n")),
+            "{text}"
+        );
         assert_eq!(decode(&bytes).unwrap(), r);
         assert!(bytes.len() <= encoded_size_hint(&r));
         let old = text.replace(&field, "");

@@ -182,10 +182,10 @@ mod tests {
         let bare = pending.completed(stored, Duration::MAX);
         let escaped = completed(None);
         let mut traced = pending.clone();
-        traced.trace = Some(crate::traces::TraceLink {
+        traced.trace = Some(Box::new(crate::traces::TraceLink {
             trace_id: [0xab; 16],
             span_id: [0x01; 8],
-        });
+        }));
         [pending, done, bare, escaped, traced]
             .iter()
             .map(line)

@@ -49,8 +49,9 @@ pub struct Record {
     /// Set when state is `Completed`.
     pub response: Option<StoredResponse>,
     /// The trace and span of the request that reserved it (traces on and sampled), so a
-    /// replay's span links to the execution that produced the answer.
-    pub trace: Option<TraceLink>,
+    /// replay's span links to the execution that produced the answer. Boxed: records
+    /// are moved by value on the request path, and without traces this stays a pointer.
+    pub trace: Option<Box<TraceLink>>,
 }
 
 /// A stored upstream response.

@@ -124,12 +124,21 @@ mod tests {
     fn off_unless_an_endpoint_is_set() {
         let none = TelemetryConfig::default();
         assert_eq!(endpoint(&none, &env(&[])), None);
-        assert_eq!(endpoint(&none, &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])), None);
+        assert_eq!(
+            endpoint(&none, &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])),
+            None
+        );
         let generic = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318")];
-        assert_eq!(endpoint(&none, &env(&generic)).as_deref(), Some("http://a:4318"));
+        assert_eq!(
+            endpoint(&none, &env(&generic)).as_deref(),
+            Some("http://a:4318")
+        );
         let both = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b:4318/v1/traces"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://b:4318/v1/traces",
+            ),
         ];
         let traces_endpoint = endpoint(&none, &env(&both));
         assert_eq!(traces_endpoint.as_deref(), Some("http://b:4318/v1/traces"));
@@ -137,8 +146,14 @@ mod tests {
             otlp_endpoint: Some("http://file:4318".into()),
             ..Default::default()
         };
-        assert_eq!(endpoint(&file, &env(&both)).as_deref(), Some("http://file:4318"));
-        for off in [("OTEL_SDK_DISABLED", "true"), ("OTEL_TRACES_EXPORTER", "none")] {
+        assert_eq!(
+            endpoint(&file, &env(&both)).as_deref(),
+            Some("http://file:4318")
+        );
+        for off in [
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ] {
             assert_eq!(endpoint(&file, &env(&[off])), None, "{off:?}");
         }
     }

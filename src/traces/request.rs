@@ -83,7 +83,7 @@ impl RequestTrace {
 
     /// Link this request's span to the execution that produced the record it was
     /// answered from (a replay, or a refusal because of that record).
-    pub fn link_to(&self, record: Option<TraceLink>, relation: &'static str) {
+    pub fn link_to(&self, record: Option<&TraceLink>, relation: &'static str) {
         let Some(link) = record else { return };
         let target = SpanContext::new(
             TraceId::from_bytes(link.trace_id),
@@ -105,7 +105,7 @@ impl RequestTrace {
 
     /// This request is answered with the stored outcome of `attempt`, produced by the
     /// execution `record` names.
-    pub fn replays(&self, record: Option<TraceLink>, attempt: u32) {
+    pub fn replays(&self, record: Option<&TraceLink>, attempt: u32) {
         let span = self.cx.span();
         span.set_attribute(KeyValue::new("idem.attempt", i64::from(attempt)));
         span.set_attribute(KeyValue::new("idem.replayed", true));
@@ -123,7 +123,10 @@ impl RequestTrace {
     pub fn finish(&self, outcome: Outcome, status: u16, key: Option<&StoreKey>) {
         let span = self.cx.span();
         span.set_attribute(KeyValue::new("idem.outcome", outcome.as_str()));
-        span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
         if let Some(key) = key {
             // The store key is already a hash of (route, scope, key): never the raw key.
             span.set_attribute(KeyValue::new("idem.key_hash", key.to_string()));
@@ -159,7 +162,9 @@ impl RequestTrace {
         let headers = request.headers_mut();
         headers.remove("traceparent");
         headers.remove("tracestate");
-        let cx = self.cx.with_remote_span_context(span.span_context().clone());
+        let cx = self
+            .cx
+            .with_remote_span_context(span.span_context().clone());
         self.traces
             .propagator
             .inject_context(&cx, &mut HeaderInjector(headers));
@@ -170,7 +175,10 @@ impl RequestTrace {
 /// Record the upstream's answer on its span and end it.
 pub fn end_upstream(mut span: Span, status: Option<u16>, failure: Option<&str>) {
     if let Some(status) = status {
-        span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
     }
     if let Some(reason) = failure {
         span.set_status(Status::error(reason.to_owned()));
@@ -198,7 +206,11 @@ impl TraceLink {
 
 impl fmt::Display for TraceLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", hex::encode(self.trace_id), hex::encode(self.span_id))
+        write!(
+            f,
+            "{}-{}",
+            hex::encode(self.trace_id),
+            hex::encode(self.span_id)
+        )
     }
 }
-

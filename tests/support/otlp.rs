@@ -127,7 +127,11 @@ async fn receive(
         let service = resource
             .resource
             .as_ref()
-            .and_then(|r| attributes(&r.attributes).into_iter().find(|(k, _)| k == "service.name"))
+            .and_then(|r| {
+                attributes(&r.attributes)
+                    .into_iter()
+                    .find(|(k, _)| k == "service.name")
+            })
             .map(|(_, v)| v)
             .unwrap_or_default();
         for scope in resource.scope_spans {
