@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use support::env::{Backend, Env};
 use support::harness::{post, send, IdemProcess};
+use support::mcp::{call, outcome, python_client};
 use support::otlp::{ExportedSpan, OtlpReceiver};
 use support::upstream::Received;
 
@@ -321,4 +322,43 @@ mod redis {
     async fn a_waiting_duplicate_links_to_the_execution() {
         super::a_waiting_duplicate_links_to_the_execution(Backend::redis()).await
     }
+}
+
+/// An MCP `tools/call` (official Python SDK client and server) gets the route's span with
+/// its tool, and its replay the link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_call_is_traced_with_its_tool() {
+    let otlp = OtlpReceiver::start().await;
+    let server = support::mcp::McpServer::start("json");
+    let yaml = format!(
+        "upstream:\n  url: {}\n  timeout: 30s\ntelemetry:\n  otlp_endpoint: {}\n\
+         routes:\n  - name: billing\n    path: /mcp\n    mcp:\n      tools: [charge_customer]\n",
+        server.url(),
+        otlp.url()
+    );
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
+    let mcp = idem.url("/mcp");
+    let charge = call(
+        "charge_customer",
+        &serde_json::json!({"customer": "c9", "amount": 500}),
+    );
+    // Two sessions of the official Python client: the second call is the replay.
+    let first = outcome(python_client("session", &mcp, &[&charge])).await;
+    let again = outcome(python_client("session", &mcp, &[&charge])).await;
+    assert_eq!(first["steps"][0]["text"], again["steps"][0]["text"]);
+    let ended = |outcome: &'static str| {
+        move |s: &ExportedSpan| s.kind == SERVER && s.attr("idem.outcome") == Some(outcome)
+    };
+    let executed = otlp.span("the call's span", ended("forwarded")).await;
+    let replayed = otlp.span("the replay's span", ended("replayed")).await;
+    for span in [&executed, &replayed] {
+        assert_eq!(span.name, "POST /mcp");
+        assert_eq!(span.attr("gen_ai.tool.name"), Some("charge_customer"));
+        assert_eq!(span.attr("mcp.method.name"), Some("tools/call"));
+    }
+    assert_eq!(
+        replayed.links,
+        vec![(executed.trace_id.clone(), executed.span_id.clone())]
+    );
+    assert_eq!(server.executions("charge_customer"), 1);
 }
