@@ -2,7 +2,7 @@
 """Instructions per request in idem, counted by callgrind (repeatable, unlike timings).
 
     python3 bench/callgrind.py [--requests 2000] [--only passthrough,fresh-redis]
-                               [--bin-dir target/release]
+                               [--traces off,1,0.01] [--bin-dir target/release]
 
 For each scenario, idem (one worker) runs under `valgrind --tool=callgrind` twice: once
 serving N requests and once serving 2N, one keep-alive connection, sequentially. The
@@ -13,6 +13,11 @@ flags: the count does not depend on what else the machine is doing.
 
 Scenarios: passthrough (no route matches), fresh intents (memory, Redis), replays
 (Redis). Needs valgrind, redis-server and release binaries (cargo build --release --bins).
+
+`--traces` runs each scenario once per tracing setting: `off` (no OTLP endpoint, the
+default) or a sampling ratio, with idem exporting to a local OTLP/HTTP sink
+(bench/otlp_sink.py) through the standard OTEL_* variables. The exporter's thread is
+counted too: the figure is the whole cost of tracing a request.
 """
 
 import argparse
@@ -27,6 +32,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (the orchestrator's process helpers)
+from otlp_sink import OtlpSink  # noqa: E402
 
 BODY = run.BODY
 SCENARIOS = {
@@ -71,7 +77,7 @@ def total_instructions(out_file):
     return total
 
 
-def measure(ctx, name, n, tag):
+def measure(ctx, name, n, tag, env=None):
     store, path, keying = SCENARIOS[name]
     workdir = ctx["workdir"]
     out = os.path.join(workdir, f"callgrind-{name}-{n}.out")
@@ -81,7 +87,7 @@ def measure(ctx, name, n, tag):
                 f"--callgrind-out-file={out} {ctx['idem']} \"$@\"\n")
     os.chmod(wrapper, stat.S_IRWXU)
     idem = run.Idem({"idem": wrapper}, workdir, ctx["upstream_port"], store,
-                    redis=ctx["redis"], workers=1)
+                    redis=ctx["redis"], workers=1, env=env)
     try:
         if keying == "same":
             drive(idem.port, path, keying, 1, tag)  # the first execution, not measured
@@ -96,6 +102,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--traces", default="off",
+                    help="comma-separated: off, or a sampling ratio (1, 0.01)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     args = ap.parse_args()
     for tool in ("valgrind", "redis-server"):
@@ -111,17 +119,26 @@ def main():
     redis = run.Redis(workdir)
     ctx["redis"] = redis
     ctx["upstream_port"] = run.free_port()
+    sink = OtlpSink()
     up = run.Proc("upstream", [bins["idem-bench-upstream"], "--listen",
                                f"127.0.0.1:{ctx['upstream_port']}", "--threads", "1"], workdir)
     try:
         run.wait_port(ctx["upstream_port"])
         n = args.requests
-        print(f"{'scenario':14} {'instr/req':>10}   ({n} vs {2 * n} requests, idem --workers 1)")
+        print(f"{'scenario':14} {'traces':>7} {'instr/req':>10} {'exported B/req':>15}"
+              f"   ({n} vs {2 * n} requests, idem --workers 1)")
         for name in names:
-            small = measure(ctx, name, n, f"{name}-a")
-            large = measure(ctx, name, 2 * n, f"{name}-b")
-            print(f"{name:14} {(large - small) / n:>10,.0f}", flush=True)
+            for traces in args.traces.split(","):
+                env = None if traces == "off" else sink.env(float(traces))
+                before = sink.bytes
+                small = measure(ctx, name, n, f"{name}-{traces}-a", env)
+                middle = sink.bytes
+                large = measure(ctx, name, 2 * n, f"{name}-{traces}-b", env)
+                exported = ((sink.bytes - middle) - (middle - before)) / n
+                print(f"{name:14} {traces:>7} {(large - small) / n:>10,.0f} {exported:>15,.0f}",
+                      flush=True)
     finally:
+        sink.stop()
         up.stop()
         redis.proc.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -183,7 +183,7 @@ class Redis:
 
 class Idem:
     def __init__(self, bins, workdir, upstream_port, store, redis=None, log_level="warn",
-                 workers=0, postgres=None):
+                 workers=0, postgres=None, env=None):
         self.port, self.admin = free_port(), free_port()
         store_yaml = "store:\n  backend: memory\n"
         if store == "redis":
@@ -204,7 +204,7 @@ class Idem:
                 "    path: /charges\n"
                 "    key: \"{header.idempotency-key}\"\n"
             )
-        env = {"RUST_LOG": log_level}
+        env = {"RUST_LOG": log_level, **(env or {})}
         argv = [bins["idem"], "serve", "--config", config]
         if workers:
             argv += ["--workers", str(workers)]

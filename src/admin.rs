@@ -1,7 +1,7 @@
 //! The admin listener (loopback by default):
 //! - `GET /healthz`: the process is up.
 //! - `GET /readyz`: the store answers, config is loaded, not draining.
-//! - `GET /metrics`: Prometheus text format.
+//! - `GET /metrics`: OpenMetrics when the scraper asks for it, Prometheus text otherwise.
 //! - `GET /v1/config`: the loaded configuration's generation.
 //! - `GET|DELETE /v1/keys/{route}/{key}[?scope=…][&body=true]`: inspect or release a
 //!   key (honours `admin.token`).
@@ -25,6 +25,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::key::StoreKey;
+use crate::metrics::Exposition;
 use crate::proxy::Control;
 use crate::store::{Record, RecordState, Store, StoreError};
 
@@ -70,12 +71,12 @@ async fn route(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => ready(admin).await,
         (&Method::GET, "/metrics") => {
-            let mut r = text(StatusCode::OK, admin.control.metrics().render());
+            let accept = req.headers().get(header::ACCEPT);
+            let format = Exposition::negotiate(accept.and_then(|v| v.to_str().ok()));
+            let mut r = text(StatusCode::OK, admin.control.metrics().render(format));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
-                header::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
+                header::HeaderValue::from_static(format.content_type()),
             );
             r
         }

@@ -84,6 +84,37 @@ async fn health_readiness_and_metrics_after_known_traffic() {
     assert_eq!(metric(&text, "idem_upstream_duration_seconds_count"), 1.0);
     assert_eq!(metric(&text, "idem_stale_completions_total"), 0.0);
     assert_eq!(metric(&text, "idem_config_generation"), 1.0);
+
+    // A classic scraper (no Accept) gets format 0.0.4; Prometheus, which asks for
+    // OpenMetrics, gets it, with the same samples.
+    let plain = send("GET", &admin_url(&idem, "/metrics"), &[], "").await;
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(plain.text().contains("# TYPE idem_requests_total counter"));
+    assert!(!plain.text().contains("# EOF"));
+    let accept =
+        "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    let open = send(
+        "GET",
+        &admin_url(&idem, "/metrics"),
+        &[("accept", accept)],
+        "",
+    )
+    .await;
+    assert_eq!(
+        open.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    assert!(open.text().ends_with("# EOF\n"), "{}", open.text());
+    assert_eq!(
+        metric(
+            &open.text(),
+            r#"idem_requests_total{route="charge",outcome="replayed"}"#
+        ),
+        2.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

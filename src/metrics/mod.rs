@@ -1,15 +1,24 @@
-//! Prometheus metrics (SPEC §6), exposed in text format on the admin listener.
+//! Prometheus metrics (SPEC §6), exposed on the admin listener in the format the
+//! scraper asks for ([`exposition`]); latency histograms carry trace ids as exemplars
+//! when traces are on ([`latency`]).
+
+mod exposition;
+mod latency;
+
+pub use exposition::Exposition;
+pub use latency::{ExemplarSource, Latency, TraceId};
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
+
+use latency::LatencyBuckets;
 
 /// What happened to one request (`idem_requests_total{outcome}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
@@ -105,8 +114,8 @@ pub struct WorkerLabels {
 #[derive(Clone)]
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
-    pub upstream_duration: Histogram,
-    pub store_duration: Family<StoreLabels, Histogram>,
+    pub upstream_duration: Latency,
+    pub store_duration: Family<StoreLabels, Latency, LatencyBuckets>,
     pub inflight: Gauge,
     pub lease_renewals: Counter,
     pub stale_completions: Counter,
@@ -121,17 +130,26 @@ pub struct Metrics {
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
     /// cache line every worker thread shares.
-    store_ops: Arc<[OnceLock<Histogram>; StoreOp::COUNT]>,
+    store_ops: Arc<[OnceLock<Latency>; StoreOp::COUNT]>,
     registry: std::sync::Arc<Registry>,
 }
 
 impl Metrics {
+    /// Metrics without exemplars (traces off).
     pub fn new() -> Metrics {
+        Metrics::with_exemplars(None)
+    }
+
+    /// Metrics whose latency histograms take an exemplar from `exemplars` on each
+    /// observation (traces on).
+    pub fn with_exemplars(exemplars: Option<ExemplarSource>) -> Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
-        let upstream_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        let store_duration = Family::<StoreLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0001, 2.0, 14))
-        });
+        let upstream_duration =
+            LatencyBuckets::new(exponential_buckets(0.001, 2.0, 16), exemplars).new_metric();
+        let store_duration = Family::new_with_constructor(LatencyBuckets::new(
+            exponential_buckets(0.0001, 2.0, 14),
+            exemplars,
+        ));
         let inflight = Gauge::default();
         let lease_renewals = Counter::default();
         let stale_completions = Counter::default();
@@ -263,12 +281,9 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
+    /// The exposition of every metric, in `format`.
+    pub fn render(&self, format: Exposition) -> String {
+        exposition::render(&self.registry, format)
     }
 }
 
@@ -312,11 +327,18 @@ mod tests {
         c.inc(Outcome::replayed);
         c.inc(Outcome::replayed);
         m.count("charge", Outcome::replayed);
-        let text = m.render();
+        let text = m.render(Exposition::Prometheus);
         assert!(
             text.contains(r#"idem_requests_total{route="charge",outcome="replayed"} 3"#),
             "{text}"
         );
+        assert!(
+            text.contains("# TYPE idem_requests_total counter"),
+            "{text}"
+        );
+        let open = m.render(Exposition::OpenMetrics);
+        assert!(open.contains("# TYPE idem_requests counter"), "{open}");
+        assert!(open.ends_with("# EOF\n"), "{open}");
         assert!(
             !text.contains(r#"outcome="forwarded""#),
             "unused outcomes export nothing"
