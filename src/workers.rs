@@ -43,7 +43,11 @@ pub async fn start(
     stop: watch::Receiver<bool>,
     traces: Option<Traces>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
-    let control = Control::new(config, Metrics::new(), traces);
+    // Traces on: latency histograms carry the current request's trace id as exemplar.
+    let exemplars = traces
+        .as_ref()
+        .map(|_| crate::traces::request::current_trace_id as crate::metrics::ExemplarSource);
+    let control = Control::new(config, Metrics::with_exemplars(exemplars), traces);
     let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();

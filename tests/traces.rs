@@ -149,6 +149,32 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
         1,
         "the replay was not forwarded"
     );
+    // The latency histograms carry the traces as exemplars (OpenMetrics).
+    let accept = ("accept", "application/openmetrics-text;version=1.0.0");
+    let metrics = send("GET", &idem.admin_url("/metrics"), &[accept], "").await;
+    for (histogram, label, trace) in [
+        ("idem_upstream_duration_seconds_bucket", "", trace_a),
+        (
+            "idem_store_duration_seconds_bucket",
+            "op=\"complete\"",
+            trace_a,
+        ),
+        (
+            "idem_store_duration_seconds_bucket",
+            "op=\"reserve\"",
+            trace_b,
+        ),
+    ] {
+        let exemplar = format!("# {{trace_id=\"{trace}\"}}");
+        let text = metrics.text();
+        let found = text
+            .lines()
+            .any(|l| l.starts_with(histogram) && l.contains(label) && l.contains(&exemplar));
+        assert!(
+            found,
+            "no {histogram}{{{label}}} exemplar for {trace}:\n{text}"
+        );
+    }
     // The admin key view names the execution's trace.
     let view = send(
         "GET",

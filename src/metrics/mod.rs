@@ -267,6 +267,8 @@ impl Metrics {
         if let Some(mut span) = span {
             opentelemetry::trace::Span::end(&mut *span);
         }
+        // Traces on: the request's span is current while observing (the exemplar).
+        let _entered = trace.map(crate::traces::RequestTrace::enter);
         self.store_op(op, took);
         (out, took)
     }

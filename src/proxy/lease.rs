@@ -51,6 +51,11 @@ impl LeaseHolder {
         }
     }
 
+    /// The request's spans, when traces are on.
+    pub fn trace(&self) -> Option<&RequestTrace> {
+        self.trace.as_deref()
+    }
+
     /// Seconds until the current lease ends (at least 1).
     pub fn remaining_secs(&self) -> u64 {
         retry_after_secs(&self.record, now_ms())

@@ -14,7 +14,7 @@ use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
     TraceState, Tracer as _,
 };
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, ContextGuard, KeyValue};
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_sdk::trace::Span;
 
@@ -68,6 +68,13 @@ impl RequestTrace {
     /// The trace this request belongs to (for exemplars and logs).
     pub fn trace_id(&self) -> TraceId {
         self.cx.span().span_context().trace_id()
+    }
+
+    /// Make this request's span the thread's current one until the guard drops, for
+    /// code that reads [`current_trace_id`] (the latency histograms' exemplars). Never
+    /// hold the guard across an `.await`.
+    pub fn enter(&self) -> ContextGuard {
+        self.cx.clone().attach()
     }
 
     /// What a record produced by this request keeps: `None` when the span is not
@@ -170,6 +177,17 @@ impl RequestTrace {
             .inject_context(&cx, &mut HeaderInjector(headers));
         span
     }
+}
+
+/// The trace id of the span [`RequestTrace::enter`]ed on this thread, if it is sampled:
+/// the [`crate::metrics::ExemplarSource`] when traces are on.
+pub fn current_trace_id() -> Option<crate::metrics::TraceId> {
+    Context::map_current(|cx| {
+        let span = cx.span();
+        let sc = span.span_context();
+        sc.is_sampled()
+            .then(|| crate::metrics::TraceId(u128::from_be_bytes(sc.trace_id().to_bytes())))
+    })
 }
 
 /// Record the upstream's answer on its span and end it.
