@@ -182,45 +182,47 @@ impl Local {
 impl Leader {
     /// Redis granted the key to us: followers see our record as the existing one.
     pub(super) fn won(self, record: &Record) {
-        let record = record.clone();
-        self.settle(|duplicates| {
-            let owned = Entry::Owned {
-                record: record.clone(),
-                duplicates,
-            };
-            (Some(owned), record)
-        });
+        self.settle(
+            |duplicates| {
+                Some(Entry::Owned {
+                    record: record.clone(),
+                    duplicates,
+                })
+            },
+            record,
+        );
     }
 
     /// Redis holds someone else's record (or ours, completed): followers take it too,
     /// and a completed one is kept when there were duplicates.
     pub(super) fn exists(self, record: &Record) {
-        let record = record.clone();
-        self.settle(|duplicates| {
-            let keep = (record.is_completed() && duplicates).then(|| Entry::Completed {
-                record: record.clone(),
-                until: Instant::now() + KEEP_COMPLETED,
-            });
-            (keep, record)
-        });
+        self.settle(
+            |duplicates| {
+                (record.is_completed() && duplicates).then(|| Entry::Completed {
+                    record: record.clone(),
+                    until: Instant::now() + KEEP_COMPLETED,
+                })
+            },
+            record,
+        );
     }
 
     /// Replaces our `Reserving` entry with what `next` makes of it (given whether
-    /// duplicates arrived), then hands the record to the followers.
-    fn settle(&self, next: impl FnOnce(bool) -> (Option<Entry>, Record)) {
+    /// duplicates arrived), then hands `record` to the followers. It is cloned only for
+    /// them: a key without duplicates costs one clone, for the map.
+    fn settle(&self, next: impl FnOnce(bool) -> Option<Entry>, record: &Record) {
         let mut map = lock(&self.local.shard(&self.key).map);
         let outcome = match map.get_mut(&self.key) {
             Some(Entry::Reserving { id, outcome }) if *id == self.id => outcome.take(),
             _ => return,
         };
-        let (entry, record) = next(outcome.is_some());
-        match entry {
+        match next(outcome.is_some()) {
             Some(entry) => map.insert(self.key, entry),
             None => map.remove(&self.key),
         };
         drop(map);
         if let Some(tx) = outcome {
-            tx.send_replace(Some(Ok(record)));
+            tx.send_replace(Some(Ok(record.clone())));
         }
     }
 }
