@@ -26,6 +26,9 @@ use crate::config::TelemetryConfig;
 
 pub use request::{RequestTrace, TraceLink};
 
+/// How long the end of the drain waits for the last batch of spans to be sent.
+pub const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The tracer every worker's requests use: cheap to clone (reference counted).
 #[derive(Clone, Debug)]
 pub struct Traces {
@@ -58,10 +61,28 @@ pub fn endpoint(config: &TelemetryConfig, env: &dyn Fn(&str) -> Option<String>) 
 /// Start the exporter when an endpoint is configured (see the module docs); `Ok(None)`
 /// when traces are off. Reads the process environment.
 pub fn start(config: &TelemetryConfig) -> Result<Option<(Traces, Exporter)>, String> {
-    let env = |name: &str| std::env::var(name).ok();
-    let Some(endpoint) = endpoint(config, &env) else {
+    start_with_env(config, &|name| std::env::var(name).ok())
+}
+
+/// [`start`] with the variables looked up through `env` (the exporter itself still
+/// reads the process environment for its headers, timeout and batch settings).
+fn start_with_env(
+    config: &TelemetryConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(Traces, Exporter)>, String> {
+    let Some(endpoint) = endpoint(config, env) else {
         return Ok(None);
     };
+    if endpoint.trim_start().starts_with("https:") {
+        // Only the variables can get here (the file refuses https): don't refuse to
+        // start over a cluster-wide variable, but say why nothing is exported.
+        tracing::warn!(
+            %endpoint,
+            "traces off: idem exports OTLP over plain http (to a collector next to it, \
+             which forwards over TLS); set OTEL_EXPORTER_OTLP_ENDPOINT to an http:// URL"
+        );
+        return Ok(None);
+    }
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary);
@@ -97,11 +118,13 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<(Traces, Exporter)>, Str
 }
 
 impl Exporter {
-    /// Send what is batched and stop. Blocks (on a blocking-pool thread) for at most
-    /// the exporter's timeout.
+    /// Send what is batched and stop, within [`FLUSH_TIMEOUT`] (on a blocking-pool
+    /// thread): an unreachable collector must not eat the pod's termination grace.
     pub async fn shutdown(self) {
         let provider = self.provider;
-        let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        let done =
+            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT))
+                .await;
         if let Ok(Err(e)) = done {
             tracing::warn!(error = %e, "trace exporter shutdown");
         }
@@ -156,5 +179,14 @@ mod tests {
         ] {
             assert_eq!(endpoint(&file, &env(&[off])), None, "{off:?}");
         }
+    }
+
+    /// An https endpoint from the variables (which idem cannot reach: no TLS in its
+    /// exporter) leaves traces off rather than failing the start.
+    #[test]
+    fn an_https_variable_leaves_traces_off() {
+        let https = [("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318")];
+        let started = start_with_env(&TelemetryConfig::default(), &env(&https));
+        assert!(matches!(started, Ok(None)));
     }
 }
