@@ -262,6 +262,41 @@ async fn a_caller_without_traceparent_gets_a_new_trace(b: Backend) {
     assert_eq!(upstream.parent_span_id, server.span_id);
 }
 
+/// `sample_ratio: 0` (parent-based): a caller's sampled trace is still kept, a new one
+/// is not exported, and the upstream gets the unsampled context either way.
+async fn sampling_follows_the_caller(b: Backend) {
+    let otlp = OtlpReceiver::start().await;
+    let env = Env::new(b).await;
+    let telemetry = format!(
+        "telemetry:\n  otlp_endpoint: {}\n  sample_ratio: 0\n",
+        otlp.url()
+    );
+    let yaml = format!("{}{telemetry}{ROUTES}", env.base_yaml("3s"));
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
+    let unsampled = [("idempotency-key", "k-new")];
+    let first = post(&idem.url("/invoices/inv_1/charge"), &unsampled, "{}").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let sampled_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let tp = traceparent(sampled_trace, "00f067aa0ba902b7");
+    assert_eq!(charge(&idem, &[("traceparent", &tp)]).await.status, 201);
+    otlp.span("the caller-sampled span", |s| {
+        s.kind == SERVER && s.trace_id == sampled_trace
+    })
+    .await;
+    let got = env.upstream.received();
+    let new = got[0].headers["traceparent"].to_str().unwrap().to_owned();
+    assert!(new.ends_with("-00"), "not sampled: {new}");
+    let new_trace = received_parent(&got[0]).0;
+    assert_ne!(new_trace, sampled_trace);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spans = otlp.spans();
+    assert!(
+        spans.iter().all(|s| s.trace_id == sampled_trace),
+        "{spans:#?}"
+    );
+    assert!(spans.iter().any(|s| s.name == "idem.store reserve"));
+}
+
 /// No endpoint: nothing is exported, and the caller's `traceparent` reaches the
 /// upstream as it was sent.
 async fn nothing_is_exported_when_off(b: Backend) {
@@ -322,6 +357,11 @@ mod memory {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiting_duplicate_links_to_the_execution() {
         super::a_waiting_duplicate_links_to_the_execution(Backend::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sampling_follows_the_caller() {
+        super::sampling_follows_the_caller(Backend::memory()).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -260,7 +260,7 @@ impl Metrics {
         trace: Option<&crate::traces::RequestTrace>,
         round_trip: impl std::future::Future<Output = T>,
     ) -> (T, Duration) {
-        let span = trace.map(|t| Box::new(t.store_op(op)));
+        let span = trace.and_then(|t| t.store_op(op)).map(Box::new);
         let started = std::time::Instant::now();
         let out = round_trip.await;
         let took = started.elapsed();

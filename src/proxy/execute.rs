@@ -85,7 +85,10 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
     worker.metrics.inflight.inc();
     let started = Instant::now();
     let waiters = policy.on_concurrent == OnConcurrent::Wait;
-    let upstream_span = trace.as_ref().map(|t| Box::new(t.upstream(&mut request)));
+    let upstream_span = trace
+        .as_ref()
+        .and_then(|t| t.upstream(&mut request))
+        .map(Box::new);
     let holder = LeaseHolder::new(worker.clone(), key, record, policy.lease, waiters, trace);
     let out = Outbound::new(reply, worker.upstream.timeout);
     // Boxed: the exchange is the largest part of the call, and inline it would be

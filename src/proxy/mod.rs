@@ -174,7 +174,7 @@ async fn forward_unprotected(
     trace: Option<&RequestTrace>,
 ) -> Response<ProxyBody> {
     let mut request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
-    let span = trace.map(|t| Box::new(t.upstream(&mut request)));
+    let span = trace.and_then(|t| t.upstream(&mut request)).map(Box::new);
     let sent = worker.client.send(request, worker.upstream.timeout).await;
     if let Some(span) = span {
         let status = match &sent {

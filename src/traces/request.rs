@@ -145,18 +145,45 @@ impl RequestTrace {
     }
 
     /// A child span for one store round trip; end it with [`Span::end`].
-    pub fn store_op(&self, op: StoreOp) -> Span {
+    /// `None` when the request is not sampled: its children would not be recorded.
+    pub fn store_op(&self, op: StoreOp) -> Option<Span> {
+        if !self.recording() {
+            return None;
+        }
+        let name = match op {
+            StoreOp::reserve => "idem.store reserve",
+            StoreOp::renew => "idem.store renew",
+            StoreOp::complete => "idem.store complete",
+            StoreOp::release => "idem.store release",
+            StoreOp::takeover => "idem.store takeover",
+        };
         let tracer = &self.traces.tracer;
-        tracer
-            .span_builder(format!("idem.store {}", op.as_str()))
+        let span = tracer
+            .span_builder(name)
             .with_kind(SpanKind::Client)
             .with_attributes([KeyValue::new("idem.store.op", op.as_str())])
-            .start_with_context(tracer, &self.cx)
+            .start_with_context(tracer, &self.cx);
+        Some(span)
+    }
+
+    /// Whether this request's span is recorded (sampled). Unsampled requests skip their
+    /// child spans (a dropped span still costs its building) but still propagate.
+    fn recording(&self) -> bool {
+        self.cx.span().is_recording()
     }
 
     /// The client span of the upstream call, whose context goes to the upstream as its
-    /// `traceparent` (and `tracestate`), replacing the caller's.
-    pub fn upstream<B>(&self, request: &mut Request<B>) -> Span {
+    /// `traceparent` (and `tracestate`), replacing the caller's. Unsampled: no span, and
+    /// the request's own (unsampled) context is passed on.
+    pub fn upstream<B>(&self, request: &mut Request<B>) -> Option<Span> {
+        let headers = request.headers_mut();
+        headers.remove("traceparent");
+        headers.remove("tracestate");
+        if !self.recording() {
+            let injector = &mut HeaderInjector(headers);
+            self.traces.propagator.inject_context(&self.cx, injector);
+            return None;
+        }
         let tracer = &self.traces.tracer;
         let span = tracer
             .span_builder(format!("{} upstream", request.method()))
@@ -167,15 +194,13 @@ impl RequestTrace {
             ])
             .start_with_context(tracer, &self.cx);
         let headers = request.headers_mut();
-        headers.remove("traceparent");
-        headers.remove("tracestate");
         let cx = self
             .cx
             .with_remote_span_context(span.span_context().clone());
         self.traces
             .propagator
             .inject_context(&cx, &mut HeaderInjector(headers));
-        span
+        Some(span)
     }
 }
 
