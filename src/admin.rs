@@ -240,6 +240,11 @@ pub fn describe(record: &Record, with_body: bool) -> serde_json::Value {
         "created_at": time(record.created_at_ms),
         "expires_at": time(record.expires_at_ms),
     });
+    if let Some(link) = &record.trace {
+        // The execution that produced (or is producing) the answer, for a trace search.
+        v["trace_id"] = json!(link.trace_id_hex());
+        v["span_id"] = json!(hex::encode(link.span_id));
+    }
     if let Some(response) = &record.response {
         v["status"] = json!(response.status);
         v["body_stored"] = json!(response.body.is_some());

@@ -12,7 +12,7 @@ use crate::admin::{self, Admin};
 use crate::config::Config;
 use crate::proxy::Control;
 use crate::store::{SharedStore, StoreError};
-use crate::workers;
+use crate::{traces, workers};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -25,6 +25,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("cannot start the worker threads: {0}")]
     Workers(std::io::Error),
+    #[error("{0}")]
+    Traces(String),
 }
 
 /// A running idem: its bound addresses and the handles to reload or drain it.
@@ -35,6 +37,8 @@ pub struct Running {
     admin: Arc<Admin>,
     stop: watch::Sender<bool>,
     done: JoinHandle<bool>,
+    /// The trace exporter (traces on), flushed once the drain is over.
+    exporter: Option<traces::Exporter>,
 }
 
 /// Bind the listeners and start serving. Port 0 binds a free port (tests).
@@ -56,13 +60,17 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             addr: config.admin.listen,
             source,
         })?;
+    let (traces, exporter) = match traces::start(&config.telemetry).map_err(StartError::Traces)? {
+        Some((traces, exporter)) => (Some(traces), Some(exporter)),
+        None => (None, None),
+    };
     let shared = SharedStore::start(&config.store, config.server.worker_count())?;
     let (stop, stopped) = watch::channel(false);
     let workers::Started {
         control,
         stores,
         done: serving,
-    } = workers::start(listener, config, shared, stopped).await?;
+    } = workers::start(listener, config, shared, stopped, traces).await?;
     let admin = Arc::new(Admin {
         control: control.clone(),
         stores,
@@ -99,6 +107,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         admin,
         stop,
         done,
+        exporter,
     })
 }
 
@@ -112,6 +121,10 @@ impl Running {
     pub async fn shutdown(self) -> bool {
         self.admin.draining.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
-        self.done.await.unwrap_or(false)
+        let drained = self.done.await.unwrap_or(false);
+        if let Some(exporter) = self.exporter {
+            exporter.shutdown().await;
+        }
+        drained
     }
 }

@@ -20,7 +20,7 @@
 //! - [`admin`], [`admin_client`]: health, readiness, metrics and key admin on a separate
 //!   listener, and the CLI that talks to it.
 //! - [`app`]: putting it together (start, reload, shutdown); [`cli`], [`signal`],
-//!   [`telemetry`], [`metrics`], [`tls`]: the process around it.
+//!   [`telemetry`], [`traces`], [`metrics`], [`tls`]: the process around it.
 //! - [`demo`], [`loadtest`]: `idem demo` and `idem loadtest`.
 
 pub mod admin;
@@ -44,5 +44,6 @@ pub mod store;
 pub mod telemetry;
 pub mod template;
 pub mod tls;
+pub mod traces;
 pub mod upstream;
 pub mod workers;

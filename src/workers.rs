@@ -10,6 +10,7 @@
 //! (docs/benchmarks.md has the A/B). One acceptor spreads connections over the workers
 //! by their open connection counts (`server::accept`).
 
+use crate::traces::Traces;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -40,8 +41,13 @@ pub async fn start(
     config: &Config,
     shared: SharedStore,
     stop: watch::Receiver<bool>,
+    traces: Option<Traces>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
-    let control = Control::new(config, Metrics::new());
+    // Traces on: latency histograms carry the current request's trace id as exemplar.
+    let exemplars = traces
+        .as_ref()
+        .map(|_| crate::traces::request::current_trace_id as crate::metrics::ExemplarSource);
+    let control = Control::new(config, Metrics::with_exemplars(exemplars), traces);
     let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();

@@ -167,6 +167,7 @@ pub(crate) fn for_upstream(url: Uri) -> Result<Config, String> {
         admin: AdminConfig::default(),
         upstream: UpstreamConfig::new(url),
         store: StoreConfig::default(),
+        telemetry: Default::default(),
         default: DefaultAction::Passthrough,
         routes: vec![Arc::new(route)],
         warnings: Vec::new(),

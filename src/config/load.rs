@@ -11,7 +11,15 @@ use super::{defaults, env, routes, sections, yaml, Config};
 
 /// The top-level fields of a file.
 const TOP_FIELDS: &[&str] = &[
-    "listen", "server", "admin", "upstream", "store", "default", "defaults", "routes",
+    "listen",
+    "server",
+    "admin",
+    "upstream",
+    "store",
+    "telemetry",
+    "default",
+    "defaults",
+    "routes",
 ];
 
 impl Config {
@@ -75,6 +83,7 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
     let admin = sections::admin(w, f.get("admin"));
     let upstream = sections::upstream(w, f.get("upstream"), &f);
     let store = sections::store(w, f.get("store"));
+    let telemetry = super::telemetry::read(w, f.get("telemetry"));
     let default = w.choice(&f, "default");
     let routes = routes::read(w, f.get("defaults"), f.get("routes"));
     if routes.is_empty() && f.get("routes").is_none() {
@@ -90,6 +99,7 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
         admin,
         upstream: upstream?,
         store,
+        telemetry,
         default: default.map_or(super::DefaultAction::Passthrough, |a| a.value),
         routes,
         warnings: Vec::new(),

@@ -13,7 +13,7 @@
 //! # Layout
 //! - `load.rs`: the entry points ([`Config::load`], [`Config::from_yaml_str`], …).
 //! - `yaml.rs`: YAML → nodes with positions; `walk.rs`: typed getters that collect errors.
-//! - `sections.rs`: `listen`, `server`, `admin`, `upstream`, `store`.
+//! - `sections.rs`: `listen`, `server`, `admin`, `upstream`, `store`; `telemetry.rs`: `telemetry`.
 //! - `routes.rs`, `policy.rs`, `values.rs`: `defaults:` and `routes:`.
 //! - `validate.rs`: cross-field and cross-route checks; `table.rs`: `idem check` output.
 //! - `choice.rs`: enum spellings; `units.rs`: durations and sizes; `env.rs`: `${VAR}`.
@@ -30,6 +30,7 @@ mod policy;
 mod routes;
 mod sections;
 mod table;
+mod telemetry;
 mod units;
 mod validate;
 mod values;
@@ -60,6 +61,8 @@ pub struct Config {
     pub admin: AdminConfig,
     pub upstream: UpstreamConfig,
     pub store: StoreConfig,
+    /// `telemetry`: OpenTelemetry traces (off unless an OTLP endpoint is configured).
+    pub telemetry: TelemetryConfig,
     /// What happens to a request no route matches.
     pub default: DefaultAction,
     /// Routes in file order; the first match wins.
@@ -95,6 +98,20 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// When set, key admin requires `Authorization: Bearer <token>`.
     pub token: Option<String>,
+}
+
+/// `telemetry`: where traces go. Each field, when set, wins over its `OTEL_*`
+/// variable (as code configuration does in the OpenTelemetry SDKs); unset fields leave
+/// the variables in charge (see `crate::traces`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP base URL (`/v1/traces` is appended), like `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub otlp_endpoint: Option<String>,
+    /// Like `OTEL_SERVICE_NAME`.
+    pub service_name: Option<String>,
+    /// Share of new traces kept (parent-based: a caller's sampling decision is followed),
+    /// like `OTEL_TRACES_SAMPLER=parentbased_traceidratio` with this `OTEL_TRACES_SAMPLER_ARG`.
+    pub sample_ratio: Option<f64>,
 }
 
 #[derive(Debug, Clone)]

@@ -72,6 +72,17 @@ impl StoreOp {
     /// One past the last variant (`store_ops` has a slot per operation; a new variant
     /// goes before `takeover` or moves this).
     const COUNT: usize = StoreOp::takeover as usize + 1;
+
+    /// The label value (and trace span name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::reserve => "reserve",
+            StoreOp::renew => "renew",
+            StoreOp::complete => "complete",
+            StoreOp::release => "release",
+            StoreOp::takeover => "takeover",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -241,14 +252,23 @@ impl Metrics {
 
     /// Run one store round trip, recording its duration under `op`: the one place every
     /// store call on the request path is timed. Returns the result and the time taken.
+    /// With traces on, the round trip is also a child span of the request's (boxed, so
+    /// the future holding it stays small when they are off).
     pub async fn time_store_op<T>(
         &self,
         op: StoreOp,
+        trace: Option<&crate::traces::RequestTrace>,
         round_trip: impl std::future::Future<Output = T>,
     ) -> (T, Duration) {
+        let span = trace.and_then(|t| t.store_op(op)).map(Box::new);
         let started = std::time::Instant::now();
         let out = round_trip.await;
         let took = started.elapsed();
+        if let Some(mut span) = span {
+            opentelemetry::trace::Span::end(&mut *span);
+        }
+        // Traces on: the request's span is current while observing (the exemplar).
+        let _entered = trace.map(crate::traces::RequestTrace::enter);
         self.store_op(op, took);
         (out, took)
     }

@@ -14,6 +14,7 @@ use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
 use crate::store::Store;
+use crate::traces::Traces;
 use crate::upstream::UpstreamClient;
 
 /// The part of the configuration a reload swaps, as one worker reads it.
@@ -33,6 +34,7 @@ pub struct Control {
     state: Arc<Mutex<State>>,
     /// Background releases of reservations that timed out, across workers.
     orphans: Arc<AtomicUsize>,
+    traces: Option<Traces>,
 }
 
 /// Each worker reads a copy of the reloadable configuration of its own (its own `Arc`s
@@ -45,7 +47,7 @@ struct State {
 }
 
 impl Control {
-    pub fn new(config: &Config, metrics: Metrics) -> Control {
+    pub fn new(config: &Config, metrics: Metrics, traces: Option<Traces>) -> Control {
         metrics.config_generation.set(1);
         let state = State {
             config: config.clone(),
@@ -56,6 +58,7 @@ impl Control {
             metrics,
             state: Arc::new(Mutex::new(state)),
             orphans: Arc::new(AtomicUsize::new(0)),
+            traces,
         }
     }
 
@@ -82,6 +85,7 @@ impl Control {
                 // another core shares.
                 tasks: TaskTracker::new(),
                 orphans: self.orphans.clone(),
+                traces: self.traces.clone(),
             }),
         }
     }

@@ -29,6 +29,8 @@ use crate::key::StoreKey;
 use crate::mcp::ToolCall;
 use crate::metrics::UpstreamFailure;
 use crate::store::{Record, StoredResponse};
+use crate::traces::request::end_upstream;
+use crate::traces::RequestTrace;
 use crate::upstream::Sent;
 
 /// One owned reservation about to be executed upstream.
@@ -42,6 +44,9 @@ pub struct Call {
     /// Our in-progress record; its token proves ownership.
     pub record: Record,
     pub request: Request<UpstreamBody>,
+    /// The request's spans, when traces are on: the lease's store operations and the
+    /// upstream call are its children.
+    pub trace: Option<Box<RequestTrace>>,
 }
 
 /// Start the call; the receiver yields the response for the caller (streaming, or a
@@ -74,22 +79,29 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
         mcp,
         key,
         record,
-        request,
+        mut request,
+        trace,
     } = call;
     worker.metrics.inflight.inc();
     let started = Instant::now();
     let waiters = policy.on_concurrent == OnConcurrent::Wait;
-    let holder = LeaseHolder::new(worker.clone(), key, record, policy.lease, waiters);
+    let upstream_span = trace
+        .as_ref()
+        .and_then(|t| t.upstream(&mut request))
+        .map(Box::new);
+    let holder = LeaseHolder::new(worker.clone(), key, record, policy.lease, waiters, trace);
     let out = Outbound::new(reply, worker.upstream.timeout);
     // Boxed: the exchange is the largest part of the call, and inline it would be
     // copied with the whole call future on its way into the task (see `spawn`).
     let mut work = Box::pin(exchange(&worker, &policy, mcp.as_deref(), request, out));
     let (holder, ended) = renewing(holder, work.as_mut()).await;
     drop(work);
-    worker
-        .metrics
-        .upstream_duration
-        .observe(started.elapsed().as_secs_f64());
+    {
+        // Traces on: the request's span is current while observing (the exemplar).
+        let _entered = holder.trace().map(RequestTrace::enter);
+        let took = started.elapsed().as_secs_f64();
+        worker.metrics.upstream_duration.observe(took);
+    }
 
     let Ended {
         exchanged,
@@ -97,6 +109,14 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
         stored,
         mut out,
     } = ended;
+    if let Some(span) = upstream_span {
+        let status = match exchanged {
+            Exchanged::Answered(status) => Some(status),
+            _ => None,
+        };
+        let failure = (status.is_none()).then_some(reason.as_str());
+        end_upstream(*span, status, failure);
+    }
     let settled = settle(exchanged, &policy);
     let held_for = (settled == Settle::Hold).then(|| holder.remaining_secs());
     match (settled, stored) {

@@ -27,6 +27,7 @@ use crate::metrics::{Outcome, StoreOp};
 use crate::path::Captures;
 use crate::store::record::now_ms;
 use crate::store::{Record, Reserve, StoreError};
+use crate::traces::RequestTrace;
 
 /// What the pipeline needs to answer and log one protected request.
 pub struct Handled {
@@ -62,16 +63,23 @@ struct Flow<'a> {
     mcp: Option<Arc<ToolCall>>,
     key: Option<StoreKey>,
     store_time: Duration,
+    /// The request's spans, when traces are on (its trace id is `trace_id()`).
+    trace: Option<&'a RequestTrace>,
 }
 
 /// Read the body (bounded) and protect the request.
-pub async fn protect(worker: &Arc<Worker>, mut inbound: Inbound, body: Incoming) -> Handled {
+pub async fn protect(
+    worker: &Arc<Worker>,
+    mut inbound: Inbound,
+    body: Incoming,
+    trace: Option<&RequestTrace>,
+) -> Handled {
     let limit = inbound.policy.max_request_bytes;
     let timeout = worker.upstream.timeout;
     let raw = read_body(body, &inbound.parts.headers, limit, timeout).await;
     let captures = std::mem::take(&mut inbound.captures);
     let view = BodyView::new(raw.as_ref().cloned().unwrap_or_default());
-    let mut flow = Flow::new(worker, inbound, view, None);
+    let mut flow = Flow::new(worker, inbound, view, None, trace);
     if let Err(p) = raw {
         return flow.refuse(p, Outcome::rejected);
     }
@@ -91,9 +99,13 @@ pub async fn protect_read(
     mut inbound: Inbound,
     body: BodyView,
     mcp: Option<ToolCall>,
+    trace: Option<&RequestTrace>,
 ) -> Handled {
     let captures = std::mem::take(&mut inbound.captures);
-    let mut flow = Flow::new(worker, inbound, body, mcp.map(Arc::new));
+    if let (Some(trace), Some(call)) = (trace, &mcp) {
+        trace.tool(&call.tool);
+    }
+    let mut flow = Flow::new(worker, inbound, body, mcp.map(Arc::new), trace);
     if flow.mcp.as_ref().is_some_and(|call| !call.exact) {
         let p = problem::key_invalid(
             "the tool arguments have a number with more digits than a 64-bit float holds; \
@@ -122,6 +134,7 @@ impl<'a> Flow<'a> {
         inbound: Inbound,
         body: BodyView,
         mcp: Option<Arc<ToolCall>>,
+        trace: Option<&'a RequestTrace>,
     ) -> Flow<'a> {
         let format = match &mcp {
             Some(call) => ProblemFormat::McpToolError(call.clone()),
@@ -138,6 +151,7 @@ impl<'a> Flow<'a> {
             mcp,
             key: None,
             store_time: Duration::ZERO,
+            trace,
         }
     }
 
@@ -164,7 +178,11 @@ impl<'a> Flow<'a> {
         loop {
             // Watch before reading, so a completion between the read and the wait is seen.
             let mut watch = waits.then(|| self.worker.store.watch(&intent.store_key));
-            let mine = intent.reservation(&policy);
+            let mut mine = intent.reservation(&policy);
+            if let Some(trace) = self.trace {
+                // The in-progress record already names the execution that will answer.
+                mine.trace = trace.link().map(Box::new);
+            }
             let worker = self.worker;
             let store = &worker.store;
             let reserved = self
@@ -186,7 +204,18 @@ impl<'a> Flow<'a> {
             };
             let now = Instant::now();
             let may_wait = waits && now < deadline;
-            match decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms()) {
+            let decision = decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms());
+            if let Some(trace) = self.trace {
+                match &decision {
+                    Decision::Replay { .. } => {
+                        trace.replays(existing.trace.as_deref(), existing.attempt)
+                    }
+                    // Refused because of that record (in progress, or another payload).
+                    Decision::Refuse(..) => trace.link_to(existing.trace.as_deref(), "refused_by"),
+                    _ => {}
+                }
+            }
+            match decision {
                 Decision::Won => return self.forward(&intent, mine).await,
                 Decision::Replay { stored, body } => {
                     let response = match &self.mcp {
@@ -197,7 +226,8 @@ impl<'a> Flow<'a> {
                 }
                 Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
                 Decision::NewAttempt => {
-                    let next = existing.next_attempt(policy.lease);
+                    let mut next = existing.next_attempt(policy.lease);
+                    next.trace = self.trace.and_then(RequestTrace::link).map(Box::new);
                     let taken = store.replace_if_owner(
                         &intent.store_key,
                         &existing.token,
@@ -230,6 +260,9 @@ impl<'a> Flow<'a> {
         let policy = &self.policy;
         let upstream_key = key::upstream_key(&intent.key, record.attempt);
         let key_value = key::forward_key_value(&upstream_key, policy.forward_key_format);
+        if let Some(trace) = self.trace {
+            trace.executes(record.attempt);
+        }
         let request = upstream_request(
             &self.worker.upstream.url,
             self.parts,
@@ -244,6 +277,7 @@ impl<'a> Flow<'a> {
             key: intent.store_key,
             record,
             request,
+            trace: self.trace.map(|t| Box::new(t.clone())),
         };
         let started = Instant::now();
         let response = match execute::spawn(self.worker, call).await {
@@ -279,7 +313,8 @@ impl<'a> Flow<'a> {
         let body = Either::Left(Full::new(self.body.raw().clone()));
         let started = Instant::now();
         let (worker, format) = (self.worker, &self.format);
-        let response = forward_unprotected(worker, self.parts, body, self.client_ip, format).await;
+        let (parts, ip, trace) = (self.parts, self.client_ip, self.trace);
+        let response = forward_unprotected(worker, parts, body, ip, format, trace).await;
         Handled {
             response,
             outcome,
@@ -306,7 +341,8 @@ impl<'a> Flow<'a> {
 
     /// Run one store round trip, timed for the metrics and the request's log line.
     async fn timed<T>(&mut self, op: StoreOp, round_trip: impl Future<Output = T>) -> T {
-        let (out, took) = self.worker.metrics.time_store_op(op, round_trip).await;
+        let metrics = &self.worker.metrics;
+        let (out, took) = metrics.time_store_op(op, self.trace, round_trip).await;
         self.store_time += took;
         out
     }

@@ -14,6 +14,7 @@ use crate::key::StoreKey;
 use crate::metrics::StoreOp;
 use crate::store::record::now_ms;
 use crate::store::{Record, StoredResponse, Token};
+use crate::traces::RequestTrace;
 
 pub struct LeaseHolder {
     worker: Arc<Worker>,
@@ -26,6 +27,8 @@ pub struct LeaseHolder {
     /// `on_concurrent: wait` have waiters; for the others the notification (a Redis
     /// `PUBLISH` fanned out to every replica's subscription) would be pure overhead.
     notify: bool,
+    /// The request's spans (traces on): renewals, completion and release are children.
+    trace: Option<Box<RequestTrace>>,
 }
 
 impl LeaseHolder {
@@ -35,6 +38,7 @@ impl LeaseHolder {
         record: Record,
         lease: Duration,
         notify: bool,
+        trace: Option<Box<RequestTrace>>,
     ) -> Self {
         LeaseHolder {
             worker,
@@ -43,7 +47,13 @@ impl LeaseHolder {
             lease,
             owned: true,
             notify,
+            trace,
         }
+    }
+
+    /// The request's spans, when traces are on.
+    pub fn trace(&self) -> Option<&RequestTrace> {
+        self.trace.as_deref()
     }
 
     /// Seconds until the current lease ends (at least 1).
@@ -59,7 +69,7 @@ impl LeaseHolder {
         let (result, _) = self
             .worker
             .metrics
-            .time_store_op(StoreOp::renew, renewal)
+            .time_store_op(StoreOp::renew, self.trace.as_deref(), renewal)
             .await;
         match result {
             Ok(true) => {
@@ -83,7 +93,7 @@ impl LeaseHolder {
         let (result, _) = self
             .worker
             .metrics
-            .time_store_op(StoreOp::release, release)
+            .time_store_op(StoreOp::release, self.trace.as_deref(), release)
             .await;
         if let Err(e) = result {
             tracing::warn!(key = %self.key, error = %e, "release failed; the lease will expire");
@@ -99,7 +109,7 @@ impl LeaseHolder {
         let (result, _) = self
             .worker
             .metrics
-            .time_store_op(StoreOp::complete, write)
+            .time_store_op(StoreOp::complete, self.trace.as_deref(), write)
             .await;
         match result {
             Ok(true) => {}
@@ -113,6 +123,7 @@ impl LeaseHolder {
                     lease: self.lease,
                     owned: self.owned,
                     notify: self.notify,
+                    trace: self.trace.clone(),
                 };
                 self.worker
                     .tasks

@@ -28,6 +28,7 @@ use crate::body::BodyView;
 use crate::mcp::sse::Events;
 use crate::mcp::{classify, hint, tools_list, HeaderHint, McpRoute, Message};
 use crate::metrics::Outcome;
+use crate::traces::RequestTrace;
 use crate::upstream::{ResponseBody, Sent};
 
 pub async fn handle(
@@ -35,6 +36,7 @@ pub async fn handle(
     route: &Arc<McpRoute>,
     inbound: Inbound,
     body: Incoming,
+    trace: Option<&RequestTrace>,
 ) -> Handled {
     match hint(&inbound.parts.method, &inbound.parts.headers, route) {
         HeaderHint::Pass => return pass(worker, None, inbound, Either::Right(body)).await,
@@ -51,7 +53,7 @@ pub async fn handle(
     };
     let raw = Either::Left(Full::new(view.raw().clone()));
     match classify(&view, &inbound.parts.headers, route) {
-        Message::ToolCall(call) => protect_read(worker, inbound, view, Some(call)).await,
+        Message::ToolCall(call) => protect_read(worker, inbound, view, Some(call), trace).await,
         Message::ToolsList => pass(worker, Some(route), inbound, raw).await,
         Message::Other => pass(worker, None, inbound, raw).await,
     }

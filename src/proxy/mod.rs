@@ -47,6 +47,7 @@ pub use control::{Control, Reloadable};
 use crate::config::{DefaultAction, UpstreamConfig};
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::traces::{RequestTrace, Traces};
 use crate::upstream::{Sent, UpstreamClient};
 
 /// One worker's proxy state: its copy of the reloadable configuration, its store
@@ -62,6 +63,9 @@ pub struct Worker {
     pub tasks: TaskTracker,
     /// Background releases of reservations that timed out (see `lease`).
     orphans: Arc<AtomicUsize>,
+    /// The tracer, when traces are on (`crate::traces`); `None` costs one check per
+    /// protected request and nothing else.
+    pub traces: Option<Traces>,
 }
 
 /// The proxy service of one worker: cheap to clone, one per connection. Built by
@@ -97,7 +101,7 @@ impl Proxy {
                 DefaultAction::Passthrough => {
                     let body = Either::Right(body);
                     let format = ProblemFormat::default();
-                    forward_unprotected(&self.worker, parts, body, client_ip, &format).await
+                    forward_unprotected(&self.worker, parts, body, client_ip, &format, None).await
                 }
                 DefaultAction::Reject => {
                     problem::no_route(parts.method.as_str(), parts.uri.path()).into_response()
@@ -110,6 +114,15 @@ impl Proxy {
         let mut parts = parts;
         let request_id = request_id::ensure(&mut parts.headers);
         let started = Instant::now();
+        // Traces on: the request's server span (boxed: one pointer in the futures).
+        let trace = self.worker.traces.as_ref().map(|traces| {
+            Box::new(RequestTrace::start(
+                traces,
+                &parts.method,
+                &policy,
+                &parts.headers,
+            ))
+        });
         // Boxed: the protected flow's future is several KB, and hyper moves the
         // connection's request future by value; boxing keeps the passthrough path and
         // every move small.
@@ -120,11 +133,16 @@ impl Proxy {
             client_ip,
             on_store_error: current.on_store_error,
         };
+        let traced = trace.as_deref();
         let handled = match &policy.mcp {
-            None => Box::pin(idempotency::protect(&self.worker, inbound, body)).await,
+            None => Box::pin(idempotency::protect(&self.worker, inbound, body, traced)).await,
             // An MCP endpoint: only its protected `tools/call` go through the flow.
-            Some(route) => Box::pin(mcp::handle(&self.worker, route, inbound, body)).await,
+            Some(route) => Box::pin(mcp::handle(&self.worker, route, inbound, body, traced)).await,
         };
+        if let Some(trace) = &trace {
+            let status = handled.response.status().as_u16();
+            trace.finish(handled.outcome, status, handled.key.as_ref());
+        }
         match current.counters.get(&policy.name) {
             Some(counters) => counters.inc(handled.outcome),
             None => self.worker.metrics.count(&policy.name, handled.outcome),
@@ -153,9 +171,20 @@ async fn forward_unprotected(
     body: body::UpstreamBody,
     client_ip: Option<IpAddr>,
     format: &ProblemFormat,
+    trace: Option<&RequestTrace>,
 ) -> Response<ProxyBody> {
-    let request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
-    match worker.client.send(request, worker.upstream.timeout).await {
+    let mut request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
+    let span = trace.and_then(|t| t.upstream(&mut request)).map(Box::new);
+    let sent = worker.client.send(request, worker.upstream.timeout).await;
+    if let Some(span) = span {
+        let status = match &sent {
+            Sent::Answered(response) => Some(response.status().as_u16()),
+            _ => None,
+        };
+        let failure = status.is_none().then_some("upstream not answered");
+        crate::traces::request::end_upstream(*span, status, failure);
+    }
+    match sent {
         Sent::Answered(response) => {
             let (mut parts, body) = response.into_parts();
             headers::strip_hop_by_hop(&mut parts.headers);

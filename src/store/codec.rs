@@ -18,6 +18,7 @@
 //! which JSON carries losslessly.
 
 use super::meta::Meta;
+use super::record::TraceLink;
 use super::{Record, RecordState, StoreError, StoredResponse, Token};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -68,6 +69,12 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
         created_at_ms: meta.created_at_ms,
         expires_at_ms: meta.expires_at_ms,
         response,
+        // Informational: a damaged link is dropped rather than failing the replay.
+        trace: meta
+            .trace
+            .as_deref()
+            .and_then(TraceLink::parse)
+            .map(Box::new),
     })
 }
 
@@ -180,6 +187,30 @@ pub(super) mod tests {
         let mut streamed = Vec::new();
         encode_into(&r, &mut streamed);
         assert_eq!(streamed, bytes);
+    }
+
+    /// The trace link survives the codec; records written before it (no field) and
+    /// with a damaged one decode without it.
+    #[test]
+    fn trace_link_round_trips_and_is_optional() {
+        let mut r = completed(Some(b"{}"));
+        r.trace = Some(Box::new(TraceLink {
+            trace_id: [0x4b; 16],
+            span_id: [0x0c; 8],
+        }));
+        let bytes = encode(&r);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let field = format!(",\"trace\":\"{}-{}\"", "4b".repeat(16), "0c".repeat(8));
+        assert!(
+            text.contains(&format!("\"body_stored\":true{field}}}\n")),
+            "{text}"
+        );
+        assert_eq!(decode(&bytes).unwrap(), r);
+        assert!(bytes.len() <= encoded_size_hint(&r));
+        let old = text.replace(&field, "");
+        assert_eq!(decode(old.as_bytes()).unwrap().trace, None);
+        let damaged = text.replace("-0c0c", "-zz0c");
+        assert_eq!(decode(damaged.as_bytes()).unwrap().trace, None);
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub(super) struct Meta<'a> {
     #[serde(borrow)]
     pub headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     pub body_stored: bool,
+    /// `<trace id>-<span id>` of the execution that reserved the record; absent in
+    /// records written without traces (or by versions before them).
+    #[serde(default, borrow)]
+    pub trace: Option<Cow<'a, str>>,
 }
 
 impl<'a> Meta<'a> {
@@ -89,6 +93,10 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         Some(()) => true,
         None => c.lit(b"false").map(|()| false)?,
     };
+    let trace = match c.lit(b",\"trace\":") {
+        Some(()) => Some(Cow::Borrowed(c.string()?)),
+        None => None,
+    };
     c.lit(b"}")?;
     if !c.0.is_empty() {
         return None;
@@ -105,6 +113,7 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         status,
         headers,
         body_stored,
+        trace,
     })
 }
 
@@ -172,7 +181,15 @@ mod tests {
         };
         let bare = pending.completed(stored, Duration::MAX);
         let escaped = completed(None);
-        [pending, done, bare, escaped].iter().map(line).collect()
+        let mut traced = pending.clone();
+        traced.trace = Some(Box::new(crate::traces::TraceLink {
+            trace_id: [0xab; 16],
+            span_id: [0x01; 8],
+        }));
+        [pending, done, bare, escaped, traced]
+            .iter()
+            .map(line)
+            .collect()
     }
 
     #[test]

@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 
+pub use crate::traces::TraceLink;
+
 pub use super::codec::decode;
 pub use super::encode::encode;
 
@@ -46,6 +48,10 @@ pub struct Record {
     pub expires_at_ms: u64,
     /// Set when state is `Completed`.
     pub response: Option<StoredResponse>,
+    /// The trace and span of the request that reserved it (traces on and sampled), so a
+    /// replay's span links to the execution that produced the answer. Boxed: records
+    /// are moved by value on the request path, and without traces this stays a pointer.
+    pub trace: Option<Box<TraceLink>>,
 }
 
 /// A stored upstream response.
@@ -137,6 +143,7 @@ impl Record {
             created_at_ms: now,
             expires_at_ms: after_ms(now, lease),
             response: None,
+            trace: None,
         }
     }
 
@@ -160,7 +167,7 @@ impl Record {
     }
 
     /// A new in-progress attempt taking over this record (`on_failure: retry`): new
-    /// token, attempt + 1, same identity and creation time.
+    /// token, attempt + 1, same identity and creation time (the caller sets its trace).
     pub fn next_attempt(&self, lease: Duration) -> Record {
         Record {
             state: RecordState::InProgress,
@@ -168,6 +175,7 @@ impl Record {
             attempt: self.attempt.saturating_add(1),
             expires_at_ms: after_ms(now_ms(), lease),
             response: None,
+            trace: None,
             ..self.clone()
         }
     }

@@ -6,6 +6,7 @@ pub mod env;
 pub mod faulty;
 pub mod harness;
 pub mod mcp;
+pub mod otlp;
 pub mod panics;
 pub mod poll;
 pub mod postgres;

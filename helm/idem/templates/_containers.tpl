@@ -48,6 +48,26 @@
           name: {{ index $ref 0 }}
           key: {{ index $ref 1 }}
     {{- end }}
+    {{- with .Values.traces }}
+    {{- if .otlpEndpoint }}
+    - name: OTEL_EXPORTER_OTLP_ENDPOINT
+      value: {{ .otlpEndpoint | quote }}
+    - name: OTEL_SERVICE_NAME
+      value: {{ .serviceName | default (include "idem.fullname" $) | quote }}
+    {{- with .sampler }}
+    - name: OTEL_TRACES_SAMPLER
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with .samplerArg }}
+    - name: OTEL_TRACES_SAMPLER_ARG
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with .resourceAttributes }}
+    - name: OTEL_RESOURCE_ATTRIBUTES
+      value: {{ . | quote }}
+    {{- end }}
+    {{- end }}
+    {{- end }}
     {{- with .Values.idem.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

@@ -1,0 +1,259 @@
+//! The spans of one protected request: a server span (child of the caller's
+//! `traceparent`, or the root of a new trace), children for each store operation and
+//! the upstream call, and the link from a replay to the execution it replays.
+//!
+//! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>`, and the
+//! current request's trace id for an exemplar is [`RequestTrace::trace_id`] on it
+//! (in `Proxy::handle`, and in the protected flow as `Flow::trace`).
+
+use std::fmt;
+
+use http::{HeaderMap, Method, Request};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer as _,
+};
+use opentelemetry::{Context, ContextGuard, KeyValue};
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+use opentelemetry_sdk::trace::Span;
+
+use super::Traces;
+use crate::config::RoutePolicy;
+use crate::key::StoreKey;
+use crate::metrics::{Outcome, StoreOp};
+
+/// The trace and span of the execution that produced a record, kept in the record so a
+/// replay's span can link to it. Written as `<32 hex>-<16 hex>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceLink {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+}
+
+/// One protected request's server span, in the context its children start from.
+#[derive(Clone, Debug)]
+pub struct RequestTrace {
+    traces: Traces,
+    cx: Context,
+}
+
+impl RequestTrace {
+    /// Start the server span of a request matched to `route`, as a child of the
+    /// caller's `traceparent` (and `tracestate`) when it sent a valid one.
+    pub fn start(
+        traces: &Traces,
+        method: &Method,
+        route: &RoutePolicy,
+        headers: &HeaderMap,
+    ) -> RequestTrace {
+        let parent = traces.propagator.extract(&HeaderExtractor(headers));
+        let template = route.path.as_str().to_owned();
+        let span = traces
+            .tracer
+            .span_builder(format!("{method} {template}"))
+            .with_kind(SpanKind::Server)
+            .with_attributes([
+                KeyValue::new("http.request.method", method.as_str().to_owned()),
+                KeyValue::new("http.route", template),
+                KeyValue::new("idem.route", route.name.clone()),
+            ])
+            .start_with_context(&traces.tracer, &parent);
+        RequestTrace {
+            traces: traces.clone(),
+            cx: parent.with_span(span),
+        }
+    }
+
+    /// The trace this request belongs to (for exemplars and logs).
+    pub fn trace_id(&self) -> TraceId {
+        self.cx.span().span_context().trace_id()
+    }
+
+    /// Make this request's span the thread's current one until the guard drops, for
+    /// code that reads [`current_trace_id`] (the latency histograms' exemplars). Never
+    /// hold the guard across an `.await`.
+    pub fn enter(&self) -> ContextGuard {
+        self.cx.clone().attach()
+    }
+
+    /// What a record produced by this request keeps: `None` when the span is not
+    /// recorded (sampled out), since a link to it would lead nowhere.
+    pub fn link(&self) -> Option<TraceLink> {
+        let span = self.cx.span();
+        let cx = span.span_context();
+        cx.is_sampled().then(|| TraceLink {
+            trace_id: cx.trace_id().to_bytes(),
+            span_id: cx.span_id().to_bytes(),
+        })
+    }
+
+    /// Link this request's span to the execution that produced the record it was
+    /// answered from (a replay, or a refusal because of that record).
+    pub fn link_to(&self, record: Option<&TraceLink>, relation: &'static str) {
+        let Some(link) = record else { return };
+        let target = SpanContext::new(
+            TraceId::from_bytes(link.trace_id),
+            SpanId::from_bytes(link.span_id),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::NONE,
+        );
+        let attributes = vec![KeyValue::new("idem.link", relation)];
+        self.cx.span().add_link(target, attributes);
+    }
+
+    /// This request executes `attempt` of its intent upstream.
+    pub fn executes(&self, attempt: u32) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("idem.attempt", i64::from(attempt)));
+        span.set_attribute(KeyValue::new("idem.replayed", false));
+    }
+
+    /// This request is answered with the stored outcome of `attempt`, produced by the
+    /// execution `record` names.
+    pub fn replays(&self, record: Option<&TraceLink>, attempt: u32) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("idem.attempt", i64::from(attempt)));
+        span.set_attribute(KeyValue::new("idem.replayed", true));
+        self.link_to(record, "replays");
+    }
+
+    /// The MCP tool a protected `tools/call` calls.
+    pub fn tool(&self, name: &str) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("mcp.method.name", "tools/call"));
+        span.set_attribute(KeyValue::new("gen_ai.tool.name", name.to_owned()));
+    }
+
+    /// Record how the request ended and end the server span.
+    pub fn finish(&self, outcome: Outcome, status: u16, key: Option<&StoreKey>) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("idem.outcome", outcome.as_str()));
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
+        if let Some(key) = key {
+            // The store key is already a hash of (route, scope, key): never the raw key.
+            span.set_attribute(KeyValue::new("idem.key_hash", key.to_string()));
+        }
+        if status >= 500 {
+            span.set_status(Status::error(format!("{status}")));
+        }
+        span.end();
+    }
+
+    /// A child span for one store round trip; end it with [`Span::end`].
+    /// `None` when the request is not sampled: its children would not be recorded.
+    pub fn store_op(&self, op: StoreOp) -> Option<Span> {
+        if !self.recording() {
+            return None;
+        }
+        let name = match op {
+            StoreOp::reserve => "idem.store reserve",
+            StoreOp::renew => "idem.store renew",
+            StoreOp::complete => "idem.store complete",
+            StoreOp::release => "idem.store release",
+            StoreOp::takeover => "idem.store takeover",
+        };
+        let tracer = &self.traces.tracer;
+        let span = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .with_attributes([KeyValue::new("idem.store.op", op.as_str())])
+            .start_with_context(tracer, &self.cx);
+        Some(span)
+    }
+
+    /// Whether this request's span is recorded (sampled). Unsampled requests skip their
+    /// child spans (a dropped span still costs its building) but still propagate.
+    fn recording(&self) -> bool {
+        self.cx.span().is_recording()
+    }
+
+    /// The client span of the upstream call, whose context goes to the upstream as its
+    /// `traceparent` (and `tracestate`), replacing the caller's. Unsampled: no span, and
+    /// the request's own (unsampled) context is passed on.
+    pub fn upstream<B>(&self, request: &mut Request<B>) -> Option<Span> {
+        let headers = request.headers_mut();
+        headers.remove("traceparent");
+        headers.remove("tracestate");
+        if !self.recording() {
+            let injector = &mut HeaderInjector(headers);
+            self.traces.propagator.inject_context(&self.cx, injector);
+            return None;
+        }
+        let tracer = &self.traces.tracer;
+        let span = tracer
+            .span_builder(format!("{} upstream", request.method()))
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("http.request.method", request.method().as_str().to_owned()),
+                KeyValue::new("url.path", request.uri().path().to_owned()),
+            ])
+            .start_with_context(tracer, &self.cx);
+        let headers = request.headers_mut();
+        let cx = self
+            .cx
+            .with_remote_span_context(span.span_context().clone());
+        self.traces
+            .propagator
+            .inject_context(&cx, &mut HeaderInjector(headers));
+        Some(span)
+    }
+}
+
+/// The trace id of the span [`RequestTrace::enter`]ed on this thread, if it is sampled:
+/// the [`crate::metrics::ExemplarSource`] when traces are on.
+pub fn current_trace_id() -> Option<crate::metrics::TraceId> {
+    Context::map_current(|cx| {
+        let span = cx.span();
+        let sc = span.span_context();
+        sc.is_sampled()
+            .then(|| crate::metrics::TraceId(u128::from_be_bytes(sc.trace_id().to_bytes())))
+    })
+}
+
+/// Record the upstream's answer on its span and end it.
+pub fn end_upstream(mut span: Span, status: Option<u16>, failure: Option<&str>) {
+    if let Some(status) = status {
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
+    }
+    if let Some(reason) = failure {
+        span.set_status(Status::error(reason.to_owned()));
+    }
+    span.end();
+}
+
+impl TraceLink {
+    /// Parse the `Display` form.
+    pub fn parse(text: &str) -> Option<TraceLink> {
+        let (trace, span) = text.split_once('-')?;
+        let mut link = TraceLink {
+            trace_id: [0; 16],
+            span_id: [0; 8],
+        };
+        hex::decode_to_slice(trace, &mut link.trace_id).ok()?;
+        hex::decode_to_slice(span, &mut link.span_id).ok()?;
+        Some(link)
+    }
+
+    pub fn trace_id_hex(&self) -> String {
+        hex::encode(self.trace_id)
+    }
+}
+
+impl fmt::Display for TraceLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}-{}",
+            hex::encode(self.trace_id),
+            hex::encode(self.span_id)
+        )
+    }
+}
