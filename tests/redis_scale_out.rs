@@ -186,8 +186,10 @@ async fn tls_storm(store: &str) -> Vec<IdemProcess> {
     let (idems, upstream) = storm_with(store, &PASSWORD_ENV).await;
     assert_woken_across_replicas(&idems, &upstream).await;
     for idem in &idems {
+        // A subscription attempt may time out on a busy machine and be retried; an ACL
+        // refusal (a rule the doc lacks) is never acceptable.
         let logs = idem.logs();
-        assert!(!logs.contains("cannot subscribe"), "{logs}");
+        assert!(!logs.contains("NOPERM"), "{logs}");
         assert_password_hidden(idem, &PASSWORD_ENV, PASSWORD);
     }
     idems
