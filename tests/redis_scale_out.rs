@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,8 +17,13 @@ use futures_util::future::join_all;
 use support::harness::{assert_all_got_the_one_result, try_send, IdemProcess};
 use support::poll::eventually;
 use support::redis::RedisServer;
+use support::redis_acl::{
+    assert_password_hidden, assert_refused, with_user, PASSWORD, PASSWORD_ENV, WRONG_CA,
+    WRONG_PASSWORD, WRONG_PASSWORD_REFUSED,
+};
 use support::redis_cluster::RedisCluster;
 use support::redis_sentinel::RedisSentinelSet;
+use support::tls::{pki, Pki};
 use support::upstream::MockUpstream;
 
 const INTENTS: usize = 30;
@@ -64,13 +70,13 @@ fn sentinel(set: &RedisSentinelSet, wait_replicas: u32) -> String {
 }
 
 /// Three idem processes (the binary, each with its own store connections, subscription
-/// and coalescing map), ready: connected to the store.
-async fn replicas(yaml: &str) -> Vec<IdemProcess> {
-    let idems = vec![
-        IdemProcess::spawn(yaml).await,
-        IdemProcess::spawn(yaml).await,
-        IdemProcess::spawn(yaml).await,
-    ];
+/// and coalescing map), with environment variables `envs` (a password for `${ENV}`),
+/// ready: connected to the store.
+async fn replicas(yaml: &str, envs: &[(&str, &str)]) -> Vec<IdemProcess> {
+    let mut idems = Vec::new();
+    for _ in 0..3 {
+        idems.push(IdemProcess::spawn_with(yaml, &[], "warn", envs).await);
+    }
     for idem in &idems {
         let ready = idem.admin_url("/readyz");
         eventually(Duration::from_secs(15), "idem ready", async || {
@@ -86,8 +92,14 @@ async fn replicas(yaml: &str) -> Vec<IdemProcess> {
 /// 30 intents × 20 concurrent duplicates spread over three replicas: each intent runs
 /// once, and every duplicate gets that one result.
 async fn storm(store: &str) {
+    storm_with(store, &[]).await;
+}
+
+/// [`storm`] with environment variables; returns the replicas (for their logs) and
+/// their upstream.
+async fn storm_with(store: &str, envs: &[(&str, &str)]) -> (Vec<IdemProcess>, MockUpstream) {
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, store, "30s")).await;
+    let idems = replicas(&yaml(&upstream, store, "30s"), envs).await;
     let calls = (0..INTENTS * DUPLICATES).map(|n| {
         let (intent, dup) = (n % INTENTS, n / INTENTS);
         let u = idems[(intent + dup) % 3].url(&format!("/invoices/s{intent}/charge"));
@@ -110,6 +122,7 @@ async fn storm(store: &str) {
             .collect();
         assert_all_got_the_one_result(&answers);
     }
+    (idems, upstream)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,6 +141,136 @@ async fn storm_on_cluster_executes_each_intent_once() {
 async fn storm_on_sentinel_executes_each_intent_once() {
     let set = RedisSentinelSet::start_without_failover(1);
     storm(&sentinel(&set, 0)).await;
+}
+
+// === TLS and ACL in Cluster and Sentinel mode ===
+//
+// Every node (and sentinel) speaks only TLS, with certificates made by the test; idem
+// reaches them as the ACL user `docs/redis.md` documents for the mode, its password
+// from `${REDIS_PASSWORD}`. Standalone TLS and ACL are in tests/tls.rs. `op_timeout` is
+// 1 s, not 250 ms: a debug build's TLS handshakes under a 600-request storm on a busy
+// machine took longer (one 503 in five runs).
+
+fn tls_cluster(c: &RedisCluster, ca: &Path) -> String {
+    format!(
+        "    mode: cluster\n    nodes: [{}]\n    op_timeout: 1s\n    tls: {{ca_file: {}}}\n",
+        quoted_with_user(&c.seeds()),
+        ca.display()
+    )
+}
+
+/// The master's credentials (and `rediss`) come from `url`; the sentinels are reached
+/// over TLS as the same user (with the sentinels' own rules).
+fn tls_sentinel(set: &RedisSentinelSet, ca: &Path) -> String {
+    format!(
+        "    mode: sentinel\n    url: {}\n    nodes: [{}]\n    sentinel_master: mymaster\n    op_timeout: 1s\n    tls: {{ca_file: {}}}\n",
+        with_user("rediss://127.0.0.1:1/0", "REDIS_PASSWORD"),
+        quoted_with_user(&set.sentinel_urls()),
+        ca.display()
+    )
+}
+
+/// `urls` with the user and `${REDIS_PASSWORD}`, quoted for a YAML flow sequence.
+fn quoted_with_user(urls: &[String]) -> String {
+    let quoted: Vec<String> = urls
+        .iter()
+        .map(|u| format!("\"{}\"", with_user(u, "REDIS_PASSWORD")))
+        .collect();
+    quoted.join(", ")
+}
+
+/// The storm through TLS with the documented ACL user: each intent runs once, the
+/// wake-ups arrive (a duplicate waiting on another replica answers right after the
+/// winner, not at its 1 s safety-net re-read), and the password is in no output.
+async fn tls_storm(store: &str) -> Vec<IdemProcess> {
+    let (idems, upstream) = storm_with(store, &PASSWORD_ENV).await;
+    assert_woken_across_replicas(&idems, &upstream).await;
+    for idem in &idems {
+        let logs = idem.logs();
+        assert!(!logs.contains("cannot subscribe"), "{logs}");
+        assert_password_hidden(idem, &PASSWORD_ENV, PASSWORD);
+    }
+    idems
+}
+
+/// A duplicate waiting on replica 1 while replica 0 runs the intent is answered within
+/// 400 ms of the winner: its wake-up came through the subscription. Without it the
+/// duplicate would re-read only at its 1 s safety net (~600 ms after the winner here).
+async fn assert_woken_across_replicas(idems: &[IdemProcess], upstream: &MockUpstream) {
+    for n in 0..3 {
+        let path = format!("/invoices/wake{n}/charge");
+        let (winner, waiter) = (idems[0].url(&path), idems[1].url(&path));
+        let first = tokio::spawn(async move {
+            let r = try_send("POST", &winner, &[("x-mock-delay-ms", "1500")], "{}").await;
+            (r.expect("winner answered"), Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = try_send("POST", &waiter, &[], "{}")
+            .await
+            .expect("answered");
+        let answered = Instant::now();
+        let (first, done) = first.await.unwrap();
+        assert_eq!(first.status, 201, "{}", first.text());
+        assert!(second.replayed(), "{}", second.text());
+        let lag = answered.saturating_duration_since(done);
+        assert!(
+            lag < Duration::from_millis(400),
+            "woken {lag:?} after the winner"
+        );
+        assert_eq!(upstream.executions(&format!("charge:wake{n}")), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_tls_cluster_with_the_documented_acl_user() {
+    let pki = pki();
+    let c = RedisCluster::start_secured(&pki.files(), 3, 0);
+    tls_storm(&tls_cluster(&c, &pki.ca_file())).await;
+}
+
+/// Another CA, then a wrong password: refused with the reason in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cluster_refuses_a_wrong_ca_and_a_wrong_password() {
+    let (pki, other) = (pki(), pki());
+    let c = RedisCluster::start_secured(&pki.files(), 3, 0);
+    let upstream = MockUpstream::start().await;
+    let wrong_ca = yaml(&upstream, &tls_cluster(&c, &other.ca_file()), "5s");
+    assert_refused(&wrong_ca, PASSWORD, WRONG_CA).await;
+    let right_ca = yaml(&upstream, &tls_cluster(&c, &pki.ca_file()), "5s");
+    assert_refused(&right_ca, WRONG_PASSWORD, WRONG_PASSWORD_REFUSED).await;
+}
+
+/// Also: idem's connections to the sentinels (the master's address, `+switch-master`)
+/// are the ACL user's, with the sentinels' documented rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_tls_sentinel_with_the_documented_acl_user() {
+    let pki = pki();
+    let set = RedisSentinelSet::start_secured(&pki.files(), 1, false);
+    let _idems = tls_storm(&tls_sentinel(&set, &pki.ca_file())).await;
+    let clients = set.wait_subscribed(Duration::from_secs(10));
+    let ours = clients.iter().filter(|l| l.contains("user=idem")).count();
+    assert!(
+        ours >= 3,
+        "idem's sentinel connections as the user:\n{clients:#?}"
+    );
+    assert!(
+        clients
+            .iter()
+            .any(|l| l.contains("user=idem") && l.contains(" sub=1 ")),
+        "the +switch-master subscription as the user:\n{clients:#?}"
+    );
+}
+
+/// Another CA, then a wrong password: refused with the reason in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinel_refuses_a_wrong_ca_and_a_wrong_password() {
+    let (pki, other) = (pki(), pki());
+    let set = RedisSentinelSet::start_secured(&pki.files(), 1, false);
+    let upstream = MockUpstream::start().await;
+    let wrong_ca = yaml(&upstream, &tls_sentinel(&set, &other.ca_file()), "5s");
+    assert_refused(&wrong_ca, PASSWORD, WRONG_CA).await;
+    let right_ca = yaml(&upstream, &tls_sentinel(&set, &pki.ca_file()), "5s");
+    assert_refused(&right_ca, WRONG_PASSWORD, WRONG_PASSWORD_REFUSED).await;
 }
 
 // === failover under load ===
@@ -268,6 +411,58 @@ async fn sentinel_planned_failover_without_wait_replicas_is_reported() {
     eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 0: {figures:?}");
 }
 
+/// The master killed under load with every link over TLS (clients, replication,
+/// sentinels) and the documented ACL user: idem follows the promotion, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
+    let pki = pki();
+    let figures = sentinel_failover_on(Switch::Killed, 1, Some(&pki)).await;
+    eprintln!("sentinel over TLS, master killed, wait_replicas 1: {figures:?}");
+    assert_eq!(figures.executed_twice, 0, "{figures:?}");
+}
+
+/// A planned switch with no traffic (nothing fails, so nothing makes idem suspect):
+/// idem hears `+switch-master` from the sentinels and moves its connections at once,
+/// rather than at its next 1 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_switch_is_followed_when_announced() {
+    let set = RedisSentinelSet::start(1);
+    let upstream = MockUpstream::start().await;
+    let yaml = yaml(&upstream, &sentinel(&set, 0), "5s");
+    let idem = IdemProcess::spawn_with(&yaml, &[], "info", &[]).await;
+    assert_eq!(idem.readiness(200).await.status, 200);
+    set.wait_subscribed(Duration::from_secs(10));
+    let old = set.master();
+    set.force_failover();
+    let switched = set.wait_switched(old, Duration::from_secs(20));
+    let seen = Instant::now();
+    let new_port = set.servers[set.master()].port();
+    let moved = format!("port={new_port}");
+    eventually(
+        Duration::from_secs(5),
+        "idem follows the new master",
+        async || {
+            idem.logs()
+                .lines()
+                .any(|l| l.contains("following the redis master") && l.contains(&moved))
+        },
+    )
+    .await;
+    let lag = seen.elapsed();
+    eprintln!("planned switch without traffic: sentinels switched after {switched:?}, idem followed {lag:?} after the test saw it");
+    let logs = idem.logs();
+    assert!(
+        logs.contains("the sentinels switched the redis master"),
+        "{logs}"
+    );
+    assert!(
+        lag < Duration::from_millis(300),
+        "followed {lag:?} after the switch"
+    );
+    let r = try_send("POST", &idem.url("/invoices/after/charge"), &[], "{}").await;
+    assert_eq!(r.expect("answered").status, 201);
+}
+
 /// How the Sentinel master goes away.
 #[derive(Clone, Copy)]
 enum Switch {
@@ -278,12 +473,33 @@ enum Switch {
 }
 
 async fn sentinel_failover(switch: Switch, wait_replicas: u32) -> Figures {
-    let set = RedisSentinelSet::start(match switch {
+    sentinel_failover_on(switch, wait_replicas, None).await
+}
+
+/// [`sentinel_failover`]; with `Some(pki)` over TLS with the documented ACL user.
+async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&Pki>) -> Figures {
+    let servers = match switch {
         Switch::Killed => 2,
         Switch::Planned => 1,
-    });
+    };
+    let set = match tls {
+        Some(pki) => RedisSentinelSet::start_secured(&pki.files(), servers, true),
+        None => RedisSentinelSet::start(servers),
+    };
+    let store = match tls {
+        Some(pki) => format!(
+            "{}    wait_replicas: {wait_replicas}\n",
+            tls_sentinel(&set, &pki.ca_file())
+        ),
+        None => sentinel(&set, wait_replicas),
+    };
+    // A completion that failed at the switch is retried until its lease ends; over TLS
+    // the new master took up to 5.5 s to acknowledge writes again (its other replica
+    // resyncing over TLS), past a 5 s lease, and a repeat then ran again (by design, with
+    // the same upstream key). The lease must outlast the failover.
+    let lease = if tls.is_some() { "15s" } else { "5s" };
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &sentinel(&set, wait_replicas), "5s")).await;
+    let idems = replicas(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(set));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
@@ -305,9 +521,35 @@ async fn sentinel_failover(switch: Switch, wait_replicas: u32) -> Figures {
 /// that every key's operations go to one slot and the subscription follows).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_master_killed_keeps_serving_after_promotion() {
-    let c = RedisCluster::start(3, 1);
+    let figures = cluster_failover(None).await;
+    eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
+}
+
+/// The same over TLS (clients, replication, cluster bus) with the documented ACL user:
+/// the promoted replica is reached with the seeds' TLS and credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cluster_master_killed_keeps_serving_after_promotion() {
+    let pki = pki();
+    let figures = cluster_failover(Some(&pki)).await;
+    eprintln!("cluster over TLS, master killed, wait_replicas 0: {figures:?}");
+}
+
+/// Kills the master of slot 0 under load; with `Some(pki)` over TLS with the ACL user.
+async fn cluster_failover(tls: Option<&Pki>) -> Figures {
+    let (c, store, lease) = match tls {
+        Some(pki) => {
+            let c = RedisCluster::start_secured(&pki.files(), 3, 1);
+            let store = tls_cluster(&c, &pki.ca_file());
+            (c, store, "15s")
+        }
+        None => {
+            let c = RedisCluster::start(3, 1);
+            let store = cluster(&c, 0);
+            (c, store, "5s")
+        }
+    };
     let upstream = MockUpstream::start().await;
-    let idems = replicas(&yaml(&upstream, &cluster(&c, 0), "5s")).await;
+    let idems = replicas(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(c));
     let keep = view.clone();
     let figures = load_through(&idems, &upstream, move || {
@@ -318,5 +560,5 @@ async fn cluster_master_killed_keeps_serving_after_promotion() {
     })
     .await;
     drop(keep);
-    eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
+    figures
 }

@@ -6,18 +6,22 @@
 mod support;
 
 use std::convert::Infallible;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::PrivateKeyDer;
-use support::harness::{post, send, IdemProcess};
-use support::tls::{pki, Pki, TlsRedis};
+use support::harness::{post, IdemProcess};
+use support::redis::RedisServer;
+use support::redis_acl::{
+    assert_password_hidden, assert_refused, user_args, PASSWORD, PASSWORD_ENV, WRONG_CA,
+    WRONG_PASSWORD, WRONG_PASSWORD_REFUSED,
+};
+use support::tls::{pki, Pki};
 
 /// An HTTPS upstream that counts executions and answers each with its own id.
 async fn https_upstream(pki: &Pki) -> (u16, Arc<AtomicU64>) {
@@ -61,10 +65,10 @@ async fn https_upstream(pki: &Pki) -> (u16, Arc<AtomicU64>) {
 async fn https_upstream_and_rediss_store() {
     let pki = pki();
     let (upstream_port, executions) = https_upstream(&pki).await;
-    let redis = TlsRedis::start(pki.dir.path());
+    let redis = RedisServer::start_with_tls(Some(&pki.files()), &[]);
     let yaml = format!(
         "upstream:\n  url: https://127.0.0.1:{upstream_port}\nstore:\n  backend: redis\n  redis:\n    url: rediss://127.0.0.1:{}/0\nroutes:\n  - name: charge\n    path: /invoices/{{id}}/charge\n    key: \"charge:{{path.id}}\"\n",
-        redis.1
+        redis.port()
     );
     let ca = pki.dir.path().join("ca.pem");
     let envs = [("SSL_CERT_FILE", ca.to_str().unwrap())];
@@ -99,17 +103,14 @@ async fn an_untrusted_upstream_certificate_is_refused() {
     assert_eq!(executions.load(Ordering::SeqCst), 0);
 }
 
-/// The password of the ACL user in these tests; it must never appear in any output.
-const SECRET: &str = "s3cret-Zq81";
-const ACL_USER: [&str; 7] = [
-    "--user",
-    "idem",
-    "on",
-    ">s3cret-Zq81",
-    "~idem:*",
-    "&idem:*",
-    "+@all",
-];
+/// A TLS server with the ACL user of `docs/redis.md`'s standalone rules.
+fn acl_server(pki: &Pki) -> RedisServer {
+    let user = user_args("standalone");
+    RedisServer::start_with_tls(
+        Some(&pki.files()),
+        &user.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+}
 
 fn rediss_yaml(port: u16, password_env: &str, ca_file: &std::path::Path) -> String {
     format!(
@@ -118,82 +119,42 @@ fn rediss_yaml(port: u16, password_env: &str, ca_file: &std::path::Path) -> Stri
     )
 }
 
-/// Polls `/readyz` until it reports `want` (or 10 s pass); returns the last answer.
-async fn readiness(idem: &IdemProcess, want: u16) -> support::harness::Resp {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = send("GET", &idem.admin_url("/readyz"), &[], "").await;
-        if r.status == want || Instant::now() > deadline {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// `rediss://` with the CA from `tls.ca_file` (no `SSL_CERT_FILE`) and an ACL user
 /// whose password comes from `${ENV}`: ready, and the password is in no output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_with_ca_file_and_acl_user_from_env() {
     let pki = pki();
-    let redis = TlsRedis::start_with(pki.dir.path(), &ACL_USER);
-    let yaml = rediss_yaml(redis.1, "REDIS_PASSWORD", &pki.dir.path().join("ca.pem"));
-    let envs = [("REDIS_PASSWORD", SECRET)];
-    let idem = IdemProcess::spawn_with(&yaml, &[], "debug", &envs).await;
-    let ready = readiness(&idem, 200).await;
+    let redis = acl_server(&pki);
+    let yaml = rediss_yaml(redis.port(), "REDIS_PASSWORD", &pki.ca_file());
+    let idem = IdemProcess::spawn_with(&yaml, &[], "debug", &PASSWORD_ENV).await;
+    let ready = idem.readiness(200).await;
     assert_eq!(ready.status, 200, "{}", ready.text());
-    let mut check = Command::new(env!("CARGO_BIN_EXE_idem"));
-    check.args(["check", "--config"]).arg(&idem.config_path);
-    let out = check.envs(envs).output().unwrap();
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let first = post(&idem.url("/invoices/acl0/charge"), &[], "{}").await;
+    assert_eq!(
+        first.status,
+        502,
+        "past the store to the (absent) upstream: {}",
+        first.text()
     );
-    assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("redis"), "{printed}");
-    assert!(
-        !printed.contains(SECRET),
-        "idem check printed the password:\n{printed}"
-    );
-    assert!(!idem.logs().contains(SECRET), "the logs hold the password");
+    assert_password_hidden(&idem, &PASSWORD_ENV, PASSWORD);
 }
 
 /// A CA file that does not hold the server's CA: refused, with a clear reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_with_the_wrong_ca_is_refused() {
     let (pki, other) = (pki(), pki());
-    let redis = TlsRedis::start_with(pki.dir.path(), &ACL_USER);
-    let yaml = rediss_yaml(redis.1, "REDIS_PASSWORD", &other.dir.path().join("ca.pem"));
-    let envs = [("REDIS_PASSWORD", SECRET)];
-    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
-    let ready = readiness(&idem, 503).await;
-    assert_eq!(ready.status, 503, "{}", ready.text());
-    let logs = idem.logs();
-    assert!(
-        logs.to_lowercase().contains("certificate"),
-        "no certificate error in the logs:\n{logs}"
-    );
-    assert!(!logs.contains(SECRET));
+    let redis = acl_server(&pki);
+    let yaml = rediss_yaml(redis.port(), "REDIS_PASSWORD", &other.ca_file());
+    assert_refused(&yaml, PASSWORD, WRONG_CA).await;
 }
 
 /// A wrong password: refused, the logs say why, and do not echo it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user_with_a_wrong_password_is_refused_clearly() {
     let pki = pki();
-    let redis = TlsRedis::start_with(pki.dir.path(), &ACL_USER);
-    let yaml = rediss_yaml(redis.1, "REDIS_PASSWORD", &pki.dir.path().join("ca.pem"));
-    let wrong = "not-the-Password-77";
-    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[("REDIS_PASSWORD", wrong)]).await;
-    let ready = readiness(&idem, 503).await;
-    assert_eq!(ready.status, 503, "{}", ready.text());
-    let r = post(&idem.url("/invoices/acl1/charge"), &[], "{}").await;
-    assert_eq!(r.status, 503, "{}", r.text());
-    let logs = idem.logs();
-    assert!(
-        logs.contains("WRONGPASS") || logs.to_lowercase().contains("auth"),
-        "no authentication error in the logs:\n{logs}"
-    );
-    assert!(!logs.contains(wrong), "the logs hold the password");
+    let redis = acl_server(&pki);
+    let yaml = rediss_yaml(redis.port(), "REDIS_PASSWORD", &pki.ca_file());
+    assert_refused(&yaml, WRONG_PASSWORD, WRONG_PASSWORD_REFUSED).await;
 }
 
 /// `sslmode=verify-full` with `sslrootcert` (the private CA) connects and every pooled

@@ -291,16 +291,15 @@ async fn a_retried_reservation_recognises_its_own_token() {
     ));
 }
 
-/// ACL user from the URL, with only the permissions idem needs (the README's minimal
-/// ACL): keys and channel under the prefix, and the commands the store sends. Also
+/// ACL user from the URL, with only the permissions idem needs (the minimal ACL of
+/// docs/redis.md, read from it): keys and channel under the prefix, and the commands the store sends. Also
 /// runs over RESP3 (`?protocol=resp3`), where pub/sub messages arrive as pushes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
     let server = RedisServer::start();
-    let acl = "idem on >s3cret resetkeys ~idem:* resetchannels &idem:events -@all \
-               +get +set +del +publish +subscribe +ping +evalsha +eval +script|load +wait";
-    let mut setuser = vec!["ACL", "SETUSER"];
-    setuser.extend(acl.split(' '));
+    let rules = super::support::redis_acl::documented_rules("standalone");
+    let mut setuser = vec!["ACL", "SETUSER", "idem", "on", ">s3cret"];
+    setuser.extend(rules.iter().map(String::as_str));
     assert_eq!(server.command(&setuser), "+OK\r\n");
     for query in ["", "?protocol=resp3"] {
         let url = format!("redis://idem:s3cret@127.0.0.1:{}/0{query}", server.port());

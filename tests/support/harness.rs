@@ -229,6 +229,18 @@ impl IdemProcess {
         format!("http://127.0.0.1:{}{}", self.admin_port, path)
     }
 
+    /// Polls `/readyz` until it answers `want` (or 15 s pass); returns the last answer.
+    pub async fn readiness(&self, want: u16) -> Resp {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let r = send("GET", &self.admin_url("/readyz"), &[], "").await;
+            if r.status == want || std::time::Instant::now() > deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn wait_healthy(&self) {
         eventually(Duration::from_secs(15), "idem healthy", async || {
             let health = try_send("GET", &self.admin_url("/healthz"), &[], "").await;

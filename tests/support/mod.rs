@@ -11,6 +11,7 @@ pub mod panics;
 pub mod poll;
 pub mod postgres;
 pub mod redis;
+pub mod redis_acl;
 pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod store;

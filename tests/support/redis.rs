@@ -1,12 +1,16 @@
 //! A private `redis-server` per test: free loopback port, no persistence, killed on drop.
 //!
 //! Tests never touch a shared Redis: each starts its own instance, so they can stop,
-//! restart and pause it (`SIGSTOP`) to exercise outages, and run in parallel.
+//! restart and pause it (`SIGSTOP`) to exercise outages, and run in parallel. With
+//! [`TlsFiles`] the same server (or sentinel, or cluster node) speaks only TLS, and the
+//! support's own commands go over TLS too.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::tls::{Stream, TlsFiles};
 
 const STARTUP: Duration = Duration::from_secs(10);
 
@@ -18,6 +22,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// `--sentinel`: run as a sentinel (it needs a config file of its own).
     sentinel: bool,
+    /// Only TLS, with these certificates.
+    tls: Option<TlsFiles>,
     /// Working directory for the server (it writes nothing with `--save ""`, but never
     /// let it write into the repository).
     dir: tempfile::TempDir,
@@ -32,16 +38,28 @@ impl RedisServer {
     /// Starts a server with `extra` arguments, each `--name value` split in two; `{port}`
     /// in a value is replaced by the server's port, `{free}` by another free port.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::launch(extra, false)
+        RedisServer::launch(extra, false, None)
+    }
+
+    /// [`RedisServer::start_with`], with `Some(tls)` speaking only TLS (replication
+    /// and cluster bus too).
+    pub fn start_with_tls(tls: Option<&TlsFiles>, extra: &[&str]) -> RedisServer {
+        RedisServer::launch(extra, false, tls.cloned())
     }
 
     /// Starts `redis-server <conf> --sentinel`; `lines` are written to its config file
     /// (which the sentinel then rewrites as it learns the topology).
     pub fn start_sentinel(lines: &[&str]) -> RedisServer {
-        RedisServer::launch(lines, true)
+        RedisServer::launch(lines, true, None)
     }
 
-    fn launch(extra: &[&str], sentinel: bool) -> RedisServer {
+    /// [`RedisServer::start_sentinel`], with `Some(tls)` speaking only TLS, to clients
+    /// and to the servers and sentinels it talks to.
+    pub fn start_sentinel_with_tls(tls: Option<&TlsFiles>, lines: &[&str]) -> RedisServer {
+        RedisServer::launch(lines, true, tls.cloned())
+    }
+
+    fn launch(extra: &[&str], sentinel: bool, tls: Option<TlsFiles>) -> RedisServer {
         let mut server = RedisServer {
             port: 0,
             child: None,
@@ -51,6 +69,7 @@ impl RedisServer {
                 .map(|s| s.replace("{free}", &free_port().to_string()))
                 .collect(),
             sentinel,
+            tls,
             dir: tempfile::tempdir().expect("temp dir for redis-server"),
         };
         // The free port is released before redis-server binds it, so a parallel test
@@ -67,7 +86,12 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     pub fn is_running(&self) -> bool {
@@ -113,8 +137,13 @@ impl RedisServer {
             cmd.arg(&conf).arg("--sentinel");
             extra.clear();
         }
+        let listen = match &self.tls {
+            Some(tls) => tls.server_args(self.port),
+            None => vec!["--port".into(), port],
+        };
         let child = cmd
-            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1"])
             .args(extra)
             .args(["--protected-mode", "no"])
             .args(if self.sentinel {
@@ -156,14 +185,16 @@ impl RedisServer {
     /// Sends one command as raw RESP and returns the raw reply text, for assertions on
     /// what is stored (key names, TTLs) without going through the code under test.
     pub fn command(&self, args: &[&str]) -> String {
-        let mut stream = TcpStream::connect(self.addr()).expect("connect to redis-server");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let mut stream = self
+            .connect(Duration::from_secs(5))
+            .expect("connect to redis-server");
         let mut req = format!("*{}\r\n", args.len());
         for a in args {
             req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
         }
         stream
             .write_all(req.as_bytes())
+            .and_then(|()| stream.flush())
             .expect("write to redis-server");
         let mut reply = Vec::new();
         read_reply(&mut BufReader::new(stream), &mut reply).expect("read from redis-server");
@@ -172,6 +203,25 @@ impl RedisServer {
 
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `redis-cli` arguments that reach this server (`-p`, and TLS if it speaks TLS).
+    pub fn cli_args(&self) -> Vec<String> {
+        let mut args = vec!["-p".to_string(), self.port.to_string()];
+        args.extend(self.tls.iter().flat_map(TlsFiles::cli_args));
+        args
+    }
+
+    /// A connection for raw RESP, over TLS if the server speaks only TLS.
+    fn connect(&self, within: Duration) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match &self.tls {
+            Some(tls) => Box::new(tls.connect(self.addr(), within)?),
+            None => {
+                let stream = TcpStream::connect_timeout(&self.addr(), within)?;
+                stream.set_read_timeout(Some(within))?;
+                Box::new(stream)
+            }
+        })
     }
 
     fn signal(&self, sig: &str) {
@@ -210,15 +260,12 @@ impl RedisServer {
     }
 
     fn answers_ping(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect_timeout(&self.addr(), Duration::from_millis(100))
-        else {
+        let Ok(mut stream) = self.connect(Duration::from_millis(500)) else {
             return false;
         };
-        stream
-            .set_read_timeout(Some(Duration::from_millis(500)))
-            .ok();
         let mut buf = [0u8; 7];
         stream.write_all(b"PING\r\n").is_ok()
+            && stream.flush().is_ok()
             && stream.read_exact(&mut buf).is_ok()
             && &buf == b"+PONG\r\n"
     }

@@ -10,6 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
+use super::redis_acl::user_args;
+use super::tls::TlsFiles;
 
 const FORMATION: Duration = Duration::from_secs(30);
 
@@ -19,7 +21,19 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        let args = [
+        RedisCluster::launch(None, masters, replicas)
+    }
+
+    /// Every node speaks only TLS (clients, replication, cluster bus) and has the ACL
+    /// user `docs/redis.md` documents for cluster mode (the default user stays open for
+    /// the support's own commands and `redis-cli --cluster create`).
+    pub fn start_secured(tls: &TlsFiles, masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::launch(Some(tls), masters, replicas)
+    }
+
+    fn launch(tls: Option<&TlsFiles>, masters: usize, replicas: usize) -> RedisCluster {
+        let user = tls.map(|_| user_args("cluster")).unwrap_or_default();
+        let mut args = vec![
             "--cluster-enabled",
             "yes",
             "--cluster-port",
@@ -31,10 +45,12 @@ impl RedisCluster {
             "--repl-diskless-sync-delay",
             "0",
         ];
+        args.extend(user.iter().map(String::as_str));
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| RedisServer::start_with(&args))
+            .map(|_| RedisServer::start_with_tls(tls, &args))
             .collect();
         let mut create = Command::new("redis-cli");
+        create.args(tls.map(TlsFiles::cli_args).unwrap_or_default());
         create.arg("--cluster").arg("create");
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port()));
@@ -45,8 +61,9 @@ impl RedisCluster {
             .expect("redis-cli not found: install it (Debian: apt-get install redis-tools)");
         assert!(
             out.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
         let cluster = RedisCluster { nodes };
         cluster.wait_formed(masters * (1 + replicas));

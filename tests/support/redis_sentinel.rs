@@ -10,7 +10,9 @@
 use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
+use super::redis_acl::{user_args, user_line};
 use super::redis_cluster::field;
+use super::tls::TlsFiles;
 
 const FORMATION: Duration = Duration::from_secs(30);
 pub const MASTER_NAME: &str = "mymaster";
@@ -30,33 +32,52 @@ const REPLICATION: [&str; 4] = [
 
 impl RedisSentinelSet {
     pub fn start(replicas: usize) -> RedisSentinelSet {
-        RedisSentinelSet::launch(replicas, true)
+        RedisSentinelSet::launch(None, replicas, true)
     }
 
     /// For tests without a failover: returns as soon as every sentinel names the
     /// master, without waiting for the sentinels to discover each other (seconds).
     pub fn start_without_failover(replicas: usize) -> RedisSentinelSet {
-        RedisSentinelSet::launch(replicas, false)
+        RedisSentinelSet::launch(None, replicas, false)
     }
 
-    fn launch(replicas: usize, failover_ready: bool) -> RedisSentinelSet {
-        let master = RedisServer::start_with(&REPLICATION);
+    /// The servers and the sentinels speak only TLS (to clients and to each other), and
+    /// each has the ACL user `docs/redis.md` documents for it: the `sentinel` rules on
+    /// the servers, the `sentinels` rules on the sentinels (their default user stays
+    /// open for the support's own commands and for each other). `failover_ready` as in
+    /// [`RedisSentinelSet::start`], else as [`RedisSentinelSet::start_without_failover`].
+    pub fn start_secured(
+        tls: &TlsFiles,
+        replicas: usize,
+        failover_ready: bool,
+    ) -> RedisSentinelSet {
+        RedisSentinelSet::launch(Some(tls), replicas, failover_ready)
+    }
+
+    fn launch(tls: Option<&TlsFiles>, replicas: usize, failover_ready: bool) -> RedisSentinelSet {
+        let user = tls.map(|_| user_args("sentinel")).unwrap_or_default();
+        let mut args = REPLICATION.to_vec();
+        args.extend(user.iter().map(String::as_str));
+        let master = RedisServer::start_with_tls(tls, &args);
         let master_port = master.port().to_string();
+        args.extend(["--replicaof", "127.0.0.1", &master_port]);
         let mut servers = vec![master];
         for _ in 0..replicas {
-            let mut args = REPLICATION.to_vec();
-            args.extend(["--replicaof", "127.0.0.1", &master_port]);
-            servers.push(RedisServer::start_with(&args));
+            servers.push(RedisServer::start_with_tls(tls, &args));
         }
         let monitor = format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2");
-        let lines = [
+        let sentinel_user = user_line("sentinels");
+        let mut lines = vec![
             monitor.as_str(),
             "sentinel down-after-milliseconds mymaster 1000",
             "sentinel failover-timeout mymaster 10000",
             "sentinel parallel-syncs mymaster 5",
         ];
+        if tls.is_some() {
+            lines.push(&sentinel_user);
+        }
         let sentinels = (0..3)
-            .map(|_| RedisServer::start_sentinel(&lines))
+            .map(|_| RedisServer::start_sentinel_with_tls(tls, &lines))
             .collect();
         let set = RedisSentinelSet { servers, sentinels };
         if failover_ready {
@@ -69,10 +90,39 @@ impl RedisSentinelSet {
 
     /// Sentinel URLs for `store.redis.nodes`.
     pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// Every client connection of every running sentinel, one `CLIENT LIST` line each.
+    pub fn clients(&self) -> Vec<String> {
         self.sentinels
             .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port()))
+            .filter(|s| s.is_running())
+            .flat_map(|s| {
+                let list = s.command(&["CLIENT", "LIST"]);
+                list.lines()
+                    .filter(|l| l.starts_with("id="))
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
             .collect()
+    }
+
+    /// Waits until some sentinel has a subscribed client other than the sentinels
+    /// themselves (which never subscribe to each other): idem's `+switch-master`.
+    pub fn wait_subscribed(&self, within: Duration) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let clients = self.clients();
+            if clients.iter().any(|l| l.contains(" sub=1 ")) {
+                return clients;
+            }
+            assert!(
+                start.elapsed() < within,
+                "nobody subscribed to the sentinels within {within:?}: {clients:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Index in `servers` of the master the sentinels name now.

@@ -168,7 +168,8 @@ store:
   {{- end }}
   {{- if or (include "idem.redisInUse" .) $store.redis }}
   redis:
-    {{- if include "idem.redisInUse" . }}
+    {{- /* Cluster mode may leave redis.url empty: its nodes carry the addresses. */}}
+    {{- if and (include "idem.redisInUse" .) (or .Values.redis.url .Values.redis.existingSecretUrlKey) }}
     url: {{ include "idem.redisUrl" . | quote }}
     {{- end }}
     {{- with omit ($store.redis | default dict) "url" }}

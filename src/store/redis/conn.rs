@@ -12,7 +12,8 @@
 //!   one, which also covers half-open TCP connections that never report an error;
 //! - in Sentinel mode every tick first asks the sentinels where the master is and moves
 //!   the link when it changed (`sentinel.rs`); a store operation that failed in a way a
-//!   failover explains ([`Conn::suspect`]) wakes the loop at once.
+//!   failover explains ([`Conn::suspect`]), or a switch the sentinels announce
+//!   (`switch.rs`), wakes the loop at once.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -24,6 +25,8 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::Notify;
 use tokio::time::{sleep, timeout};
 
+use super::subscriber::announced;
+use super::switch::{Master, Switches};
 use super::target::Target;
 use crate::store::StoreError;
 
@@ -136,12 +139,16 @@ impl Conn {
         Ok(())
     }
 
-    /// Sentinel mode: move the link if the sentinels name another master.
-    pub(super) async fn follow_master(&self) -> Result<(), String> {
+    /// Sentinel mode: move the link if the sentinels name another master (after an
+    /// `announced` switch, preferring a sentinel that already names that one).
+    pub(super) async fn follow_master(&self, announced: Option<&Master>) -> Result<(), String> {
         let Target::Sentinel(sentinels) = &self.target else {
             return Ok(());
         };
-        let addr = sentinels.master_addr().await.map_err(|e| e.to_string())?;
+        let addr = sentinels
+            .master_addr(announced)
+            .await
+            .map_err(|e| e.to_string())?;
         let known = self
             .current
             .read()
@@ -158,8 +165,8 @@ impl Conn {
         Ok(())
     }
 
-    async fn ping(&self) -> Result<(), String> {
-        self.follow_master().await?;
+    async fn ping(&self, announced: Option<&Master>) -> Result<(), String> {
+        self.follow_master(announced).await?;
         let mut link = self.link();
         let ping = redis::cmd("PING");
         match timeout(self.op_timeout, ping.query_async::<String>(&mut link)).await {
@@ -211,11 +218,17 @@ fn no_master() -> RedisError {
 }
 
 /// Keeps every connection in `conns` alive; runs until aborted by the store's guard.
-pub(super) async fn health(conns: Vec<Arc<Conn>>, suspect: Arc<Notify>) {
+/// Sentinel mode: a tick comes early on a suspect error or an announced switch.
+pub(super) async fn health(
+    conns: Vec<Arc<Conn>>,
+    suspect: Arc<Notify>,
+    mut switches: Option<Switches>,
+) {
     let mut failures = vec![0u32; conns.len()];
+    let mut switched = None;
     loop {
         for (conn, failures) in conns.iter().zip(failures.iter_mut()) {
-            match conn.ping().await {
+            match conn.ping(switched.as_ref()).await {
                 Ok(()) if *failures > 0 => {
                     tracing::info!(after_failed_pings = *failures, "redis reachable again");
                     *failures = 0;
@@ -241,9 +254,11 @@ pub(super) async fn health(conns: Vec<Arc<Conn>>, suspect: Arc<Notify>) {
         } else {
             HEALTHY_INTERVAL
         };
+        switched = None;
         tokio::select! {
             _ = sleep(pause) => {}
             _ = suspect.notified() => {}
+            master = announced(&mut switches) => switched = Some(master),
         }
     }
 }

@@ -23,6 +23,7 @@ mod scripts;
 mod sentinel;
 mod sharded;
 mod subscriber;
+mod switch;
 mod target;
 
 use std::future::Future;
@@ -104,12 +105,16 @@ impl RedisStore {
         }
         for c in &conns {
             // Sentinel mode: learn the master now rather than at the first health tick.
-            if let Err(e) = c.follow_master().await {
+            if let Err(e) = c.follow_master(None).await {
                 tracing::warn!(error = %e, "redis master not known yet; asking again in the background");
             }
         }
         let tasks = [
-            AbortOnDrop(tokio::spawn(conn::health(conns, suspect))),
+            AbortOnDrop(tokio::spawn(conn::health(
+                conns,
+                suspect,
+                events.switches.clone(),
+            ))),
             AbortOnDrop(tokio::spawn(conn::keep_a_timer_near(cfg.op_timeout))),
         ];
         let layout = events.layout.clone();

@@ -2,10 +2,10 @@
 //!
 //! redis-rs's async Sentinel support resolves the master once and never moves a live
 //! connection after a failover, so idem wraps it thinly: the command connection's
-//! health loop (`conn.rs`) asks the sentinels for the master's address every tick, and
-//! at once after a connection error or a `READONLY` reply (the old master demoted to a
-//! replica), and rebuilds the connection when the address changed. A failover is
-//! therefore followed within about a second of the sentinels announcing it.
+//! health loop (`conn.rs`) asks the sentinels for the master's address every tick, at
+//! once after a connection error or a `READONLY` reply (the old master demoted to a
+//! replica), and at once when a sentinel announces `+switch-master` (`switch.rs`); it
+//! rebuilds the connection when the address changed.
 //!
 //! The question is plain `SENTINEL GET-MASTER-ADDR-BY-NAME` on a cached connection to
 //! one sentinel at a time (trying the next on any failure): cheap enough to ask every
@@ -55,11 +55,34 @@ impl Sentinels {
         })
     }
 
-    /// The master's address as the first answering sentinel reports it.
-    pub(super) async fn master_addr(&self) -> Result<(String, u16), StoreError> {
+    pub(super) fn len(&self) -> usize {
+        self.sentinels.len()
+    }
+
+    /// A client for sentinel `i` (with its URL's credentials and the CA).
+    pub(super) fn client(&self, i: usize) -> Option<&Client> {
+        self.sentinels.get(i)
+    }
+
+    pub(super) fn master_name(&self) -> &str {
+        &self.master_name
+    }
+
+    pub(super) fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
+    /// The master's address as the first answering sentinel reports it; after an
+    /// `announced` switch, as the first sentinel that already names that master reports
+    /// it (or else the first answer).
+    pub(super) async fn master_addr(
+        &self,
+        announced: Option<&(String, u16)>,
+    ) -> Result<(String, u16), StoreError> {
         let mut cached = self.cached.lock().await;
         let start = cached.as_ref().map_or(0, |(i, _)| *i);
         let mut last_error = String::from("no sentinel configured");
+        let mut first_answer = None;
         for n in 0..self.sentinels.len() {
             let i = (start + n) % self.sentinels.len();
             let conn = match cached.take() {
@@ -76,9 +99,12 @@ impl Sentinels {
             let mut cmd = redis::cmd("SENTINEL");
             cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.master_name);
             match timeout(self.op_timeout, cmd.query_async(&mut ask)).await {
-                Ok(Ok(Some((host, port)))) => {
+                Ok(Ok(Some(named))) => {
                     *cached = Some((i, conn));
-                    return Ok((host, port));
+                    if announced.is_none_or(|a| *a == named) {
+                        return Ok(named);
+                    }
+                    first_answer.get_or_insert(named);
                 }
                 Ok(Ok(None)) => {
                     *cached = Some((i, conn));
@@ -88,9 +114,11 @@ impl Sentinels {
                 Err(_) => last_error = format!("no answer within {:?}", self.op_timeout),
             }
         }
-        Err(StoreError::Unavailable(format!(
-            "cannot learn the redis master from the sentinels: {last_error}"
-        )))
+        first_answer.ok_or_else(|| {
+            StoreError::Unavailable(format!(
+                "cannot learn the redis master from the sentinels: {last_error}"
+            ))
+        })
     }
 
     /// A client for the master at `host:port`, with the URL's credentials and TLS.

@@ -23,11 +23,13 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::PubSub;
 use redis::Msg;
+use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
 
 use super::super::task::AbortOnDrop;
 use super::keys::Layout;
 use super::local::Local;
+use super::switch::{Master, Switches};
 use super::target::Target;
 use crate::key::StoreKey;
 use crate::store::Watchers;
@@ -49,7 +51,9 @@ pub struct Events {
     pub(super) local: Local,
     /// Set while the subscription is up (exposed as `RedisStore::is_subscribed`).
     pub(super) subscribed: Arc<AtomicBool>,
-    _task: Arc<AbortOnDrop>,
+    /// Sentinel mode: bumped when the sentinels announce a new master (`switch.rs`).
+    pub(super) switches: Option<Switches>,
+    _tasks: Arc<[Option<AbortOnDrop>; 2]>,
 }
 
 impl Events {
@@ -65,6 +69,14 @@ impl Events {
         let local = Local::default();
         let subscribed = Arc::new(AtomicBool::new(false));
         let timeout = op_timeout.max(Duration::from_secs(1));
+        let (switches, announcer) = match &target {
+            Target::Sentinel(sentinels) => {
+                let (tx, rx) = watch::channel(None);
+                let task = tokio::spawn(super::switch::announce(sentinels.clone(), tx));
+                (Some(rx), Some(AbortOnDrop(task)))
+            }
+            _ => (None, None),
+        };
         let task = match sharded {
             Some(builder) => tokio::spawn(super::sharded::run(
                 builder,
@@ -81,6 +93,7 @@ impl Events {
                     watchers: watchers.clone(),
                     local: local.clone(),
                     subscribed: subscribed.clone(),
+                    switches: switches.clone(),
                     timeout,
                 }
                 .run(),
@@ -91,7 +104,8 @@ impl Events {
             watchers,
             local,
             subscribed,
-            _task: Arc::new(AbortOnDrop(task)),
+            switches,
+            _tasks: Arc::new([Some(AbortOnDrop(task)), announcer]),
         }
     }
 }
@@ -104,6 +118,7 @@ struct Subscriber {
     watchers: Watchers,
     local: Local,
     subscribed: Arc<AtomicBool>,
+    switches: Option<Switches>,
     /// Bound for connecting, subscribing and health PINGs.
     timeout: Duration,
 }
@@ -140,7 +155,10 @@ impl Subscriber {
         let (client, master) = match &self.target {
             Target::Standalone(client) => (client.clone(), None),
             Target::Sentinel(sentinels) => {
-                let (host, port) = sentinels.master_addr().await.map_err(|e| e.to_string())?;
+                let (host, port) = sentinels
+                    .master_addr(None)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let client = sentinels
                     .master_client(&host, port)
                     .map_err(|e| e.to_string())?;
@@ -165,6 +183,7 @@ impl Subscriber {
         ping.tick().await; // the first tick is immediate
         let mut check = tokio::time::interval(MASTER_CHECK);
         check.tick().await;
+        let mut switches = self.switches.clone();
         loop {
             tokio::select! {
                 msg = stream.next() => match msg {
@@ -178,15 +197,31 @@ impl Subscriber {
                     }
                 }
                 _ = check.tick(), if master.is_some() => {
-                    if let Target::Sentinel(sentinels) = &self.target {
-                        let named = sentinels.master_addr().await.ok();
-                        if named.is_some() && named != master {
-                            return;
-                        }
+                    if self.master_moved(&master, None).await {
+                        return;
+                    }
+                }
+                new = announced(&mut switches) => {
+                    if self.master_moved(&master, Some(&new)).await {
+                        return;
                     }
                 }
             }
         }
+    }
+
+    /// Sentinel mode: whether the sentinels now name a master other than `master`
+    /// (preferring a sentinel that names the `announced` one).
+    async fn master_moved(
+        &self,
+        master: &Option<(String, u16)>,
+        announced: Option<&Master>,
+    ) -> bool {
+        let Target::Sentinel(sentinels) = &self.target else {
+            return false;
+        };
+        let named = sentinels.master_addr(announced).await.ok();
+        named.is_some() && named != *master
     }
 
     fn dispatch(&self, msg: &Msg) {
@@ -196,6 +231,20 @@ impl Subscriber {
     fn log_failure(&self, failures: &mut u32, error: &str) {
         log_failure(failures, error);
     }
+}
+
+/// The master the sentinels announce next; never resolves without announcements (other
+/// modes, or the announcing task gone).
+pub(super) async fn announced(switches: &mut Option<Switches>) -> Master {
+    if let Some(rx) = switches {
+        while rx.changed().await.is_ok() {
+            if let Some(master) = rx.borrow_and_update().clone() {
+                return master;
+            }
+        }
+        *switches = None;
+    }
+    std::future::pending().await
 }
 
 /// The suffix of an admin delete's event: replicas forget what they remember of the key.
