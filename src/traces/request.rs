@@ -2,9 +2,11 @@
 //! `traceparent`, or the root of a new trace), children for each store operation and
 //! the upstream call, and the link from a replay to the execution it replays.
 //!
-//! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>`, and the
-//! current request's trace id for an exemplar is [`RequestTrace::trace_id`] on it
-//! (in `Proxy::handle`, and in the protected flow as `Flow::trace`).
+//! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>` (in
+//! `Proxy::handle`, in the protected flow as `Flow::trace`, in the detached call as
+//! `Call::trace` and the lease holder's), and the request's trace id is
+//! [`RequestTrace::trace_id`] on it. Latency exemplars read it through
+//! [`current_trace_id`] while the request is [`RequestTrace::enter`]ed.
 
 use std::fmt;
 
