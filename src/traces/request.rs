@@ -74,9 +74,9 @@ impl RequestTrace {
 
     /// Make this request's span the thread's current one until the guard drops, for
     /// code that reads [`current_trace_id`] (the latency histograms' exemplars). Never
-    /// hold the guard across an `.await`.
-    pub fn enter(&self) -> ContextGuard {
-        self.cx.clone().attach()
+    /// hold the guard across an `.await`. `None` when not sampled (no exemplar then).
+    pub fn enter(&self) -> Option<ContextGuard> {
+        self.recording().then(|| self.cx.clone().attach())
     }
 
     /// What a record produced by this request keeps: `None` when the span is not
@@ -124,6 +124,9 @@ impl RequestTrace {
     /// The MCP tool a protected `tools/call` calls.
     pub fn tool(&self, name: &str) {
         let span = self.cx.span();
+        if !span.is_recording() {
+            return;
+        }
         span.set_attribute(KeyValue::new("mcp.method.name", "tools/call"));
         span.set_attribute(KeyValue::new("gen_ai.tool.name", name.to_owned()));
     }
@@ -131,6 +134,11 @@ impl RequestTrace {
     /// Record how the request ended and end the server span.
     pub fn finish(&self, outcome: Outcome, status: u16, key: Option<&StoreKey>) {
         let span = self.cx.span();
+        if !span.is_recording() {
+            // Not sampled: nothing to describe (and no key hash to format).
+            span.end();
+            return;
+        }
         span.set_attribute(KeyValue::new("idem.outcome", outcome.as_str()));
         span.set_attribute(KeyValue::new(
             "http.response.status_code",
