@@ -73,6 +73,7 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
     let envs = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
         ("OTEL_SERVICE_NAME", "idem-under-test"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=otlp-secret"),
         FAST_BATCHES,
     ];
     let yaml = format!("{}{ROUTES}", env.base_yaml("3s"));
@@ -91,6 +92,12 @@ async fn fresh_call_and_replay_are_traced_and_linked(b: Backend) {
         "child of the caller's span"
     );
     assert_eq!(server_a.service, "idem-under-test");
+    let sent = otlp.headers();
+    assert_eq!(
+        sent[0]["x-api-key"], "otlp-secret",
+        "OTEL_EXPORTER_OTLP_HEADERS"
+    );
+    assert_eq!(sent[0]["content-type"], "application/x-protobuf");
     assert_eq!(server_a.name, "POST /invoices/{invoice_id}/charge");
     assert_eq!(
         server_a.attr("http.route"),
@@ -262,17 +269,22 @@ async fn a_caller_without_traceparent_gets_a_new_trace(b: Backend) {
     assert_eq!(upstream.parent_span_id, server.span_id);
 }
 
-/// `sample_ratio: 0` (parent-based): a caller's sampled trace is still kept, a new one
-/// is not exported, and the upstream gets the unsampled context either way.
-async fn sampling_follows_the_caller(b: Backend) {
+/// `sample_ratio: 0` in the file, or `OTEL_TRACES_SAMPLER=parentbased_traceidratio` with
+/// `OTEL_TRACES_SAMPLER_ARG=0`: a caller's sampled trace is still kept, a new one is not
+/// exported, and the upstream gets the unsampled context.
+async fn sampling_follows_the_caller(b: Backend, from_file: bool) {
     let otlp = OtlpReceiver::start().await;
     let env = Env::new(b).await;
-    let telemetry = format!(
-        "telemetry:\n  otlp_endpoint: {}\n  sample_ratio: 0\n",
-        otlp.url()
-    );
+    let mut telemetry = format!("telemetry:\n  otlp_endpoint: {}\n", otlp.url());
+    let mut envs = vec![FAST_BATCHES];
+    if from_file {
+        telemetry.push_str("  sample_ratio: 0\n");
+    } else {
+        envs.push(("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"));
+        envs.push(("OTEL_TRACES_SAMPLER_ARG", "0"));
+    }
     let yaml = format!("{}{telemetry}{ROUTES}", env.base_yaml("3s"));
-    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
+    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
     let unsampled = [("idempotency-key", "k-new")];
     let first = post(&idem.url("/invoices/inv_1/charge"), &unsampled, "{}").await;
     assert_eq!(first.status, 201, "{}", first.text());
@@ -361,7 +373,12 @@ mod memory {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sampling_follows_the_caller() {
-        super::sampling_follows_the_caller(Backend::memory()).await
+        super::sampling_follows_the_caller(Backend::memory(), true).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sampling_follows_the_caller_with_the_otel_sampler_variables() {
+        super::sampling_follows_the_caller(Backend::memory(), false).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

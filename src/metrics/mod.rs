@@ -268,7 +268,7 @@ impl Metrics {
             opentelemetry::trace::Span::end(&mut *span);
         }
         // Traces on: the request's span is current while observing (the exemplar).
-        let _entered = trace.map(crate::traces::RequestTrace::enter);
+        let _entered = trace.and_then(crate::traces::RequestTrace::enter);
         self.store_op(op, took);
         (out, took)
     }

@@ -98,7 +98,7 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
     drop(work);
     {
         // Traces on: the request's span is current while observing (the exemplar).
-        let _entered = holder.trace().map(RequestTrace::enter);
+        let _entered = holder.trace().and_then(RequestTrace::enter);
         let took = started.elapsed().as_secs_f64();
         worker.metrics.upstream_duration.observe(took);
     }

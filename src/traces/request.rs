@@ -2,9 +2,11 @@
 //! `traceparent`, or the root of a new trace), children for each store operation and
 //! the upstream call, and the link from a replay to the execution it replays.
 //!
-//! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>`, and the
-//! current request's trace id for an exemplar is [`RequestTrace::trace_id`] on it
-//! (in `Proxy::handle`, and in the protected flow as `Flow::trace`).
+//! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>` (in
+//! `Proxy::handle`, in the protected flow as `Flow::trace`, in the detached call as
+//! `Call::trace` and the lease holder's), and the request's trace id is
+//! [`RequestTrace::trace_id`] on it. Latency exemplars read it through
+//! [`current_trace_id`] while the request is [`RequestTrace::enter`]ed.
 
 use std::fmt;
 
@@ -81,9 +83,9 @@ impl RequestTrace {
 
     /// Make this request's span the thread's current one until the guard drops, for
     /// code that reads [`current_trace_id`] (the latency histograms' exemplars). Never
-    /// hold the guard across an `.await`.
-    pub fn enter(&self) -> ContextGuard {
-        self.cx.clone().attach()
+    /// hold the guard across an `.await`. `None` when not sampled (no exemplar then).
+    pub fn enter(&self) -> Option<ContextGuard> {
+        self.recording().then(|| self.cx.clone().attach())
     }
 
     /// What a record produced by this request keeps: `None` when the span is not
@@ -131,6 +133,9 @@ impl RequestTrace {
     /// The MCP tool a protected `tools/call` calls.
     pub fn tool(&self, name: &str) {
         let span = self.cx.span();
+        if !span.is_recording() {
+            return;
+        }
         span.set_attribute(KeyValue::new("mcp.method.name", "tools/call"));
         span.set_attribute(KeyValue::new("gen_ai.tool.name", name.to_owned()));
     }

@@ -53,6 +53,8 @@ impl ExportedSpan {
 #[derive(Default)]
 struct State {
     requests: usize,
+    /// The headers of each request, in order.
+    headers: Vec<http::HeaderMap>,
     spans: Vec<ExportedSpan>,
 }
 
@@ -93,6 +95,11 @@ impl OtlpReceiver {
         self.state.lock().unwrap().requests
     }
 
+    /// The headers of every request received so far.
+    pub fn headers(&self) -> Vec<http::HeaderMap> {
+        self.state.lock().unwrap().headers.clone()
+    }
+
     pub fn spans(&self) -> Vec<ExportedSpan> {
         self.state.lock().unwrap().spans.clone()
     }
@@ -111,9 +118,11 @@ async fn receive(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_owned();
+    let headers = req.headers().clone();
     let body = req.into_body().collect().await.map(|b| b.to_bytes());
     let mut st = state.lock().unwrap();
     st.requests += 1;
+    st.headers.push(headers);
     let decoded = body
         .ok()
         .filter(|_| path == "/v1/traces")
