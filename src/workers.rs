@@ -43,11 +43,9 @@ pub async fn start(
     stop: watch::Receiver<bool>,
     traces: Option<Traces>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
-    // Traces on: latency histograms carry the current request's trace id as exemplar.
-    let exemplars = traces
-        .as_ref()
-        .map(|_| crate::traces::request::current_trace_id as crate::metrics::ExemplarSource);
-    let control = Control::new(config, Metrics::with_exemplars(exemplars), traces);
+    // Traces on: latency histograms carry a sampled request's trace id as exemplar.
+    let metrics = Metrics::with_exemplars(traces.is_some());
+    let control = Control::new(config, metrics, traces);
     let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();

@@ -1,10 +1,10 @@
 //! Latency histograms that carry trace ids as exemplars when traces are on (SPEC §6).
 //!
 //! With traces off a [`Latency`] is prometheus-client's plain `Histogram`, exactly what
-//! it was before exemplars existed: no second lock, no lookup of the current span. With
-//! traces on it is a `HistogramWithExemplars` that asks an [`ExemplarSource`] (the
-//! tracing module's "trace id of the current span, if sampled") on each observation, so
-//! a slow bucket on a dashboard links to one trace that landed in it.
+//! it was before exemplars existed: no second lock. With traces on it is a
+//! `HistogramWithExemplars`, and each observation passes the request's sampled trace id
+//! (`RequestTrace::exemplar`), so a slow bucket on a dashboard links to one trace that
+//! landed in it.
 
 use prometheus_client::encoding::{
     EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder,
@@ -13,10 +13,6 @@ use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::MetricConstructor;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::{MetricType, TypedMetric};
-
-/// The trace id of the request being measured, or `None` (no span, or not sampled: an
-/// exemplar pointing at a trace nobody exported would be a dead link).
-pub type ExemplarSource = fn() -> Option<TraceId>;
 
 /// A W3C trace id, written as the 32 lowercase hex digits tracing backends search for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,15 +36,16 @@ pub struct TraceExemplar {
 #[derive(Debug, Clone)]
 pub enum Latency {
     Plain(Histogram),
-    Exemplars(HistogramWithExemplars<TraceExemplar>, ExemplarSource),
+    Exemplars(HistogramWithExemplars<TraceExemplar>),
 }
 
 impl Latency {
-    pub fn observe(&self, seconds: f64) {
+    /// `trace`: the measured request's trace id, if sampled (a plain histogram ignores it).
+    pub fn observe(&self, seconds: f64, trace: Option<TraceId>) {
         match self {
             Latency::Plain(histogram) => histogram.observe(seconds),
-            Latency::Exemplars(histogram, source) => {
-                let exemplar = source().map(|trace_id| TraceExemplar { trace_id });
+            Latency::Exemplars(histogram) => {
+                let exemplar = trace.map(|trace_id| TraceExemplar { trace_id });
                 histogram.observe(seconds, exemplar, None)
             }
         }
@@ -63,7 +60,7 @@ impl EncodeMetric for Latency {
     fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         match self {
             Latency::Plain(histogram) => histogram.encode(encoder),
-            Latency::Exemplars(histogram, _) => histogram.encode(encoder),
+            Latency::Exemplars(histogram) => histogram.encode(encoder),
         }
     }
 
@@ -73,15 +70,15 @@ impl EncodeMetric for Latency {
 }
 
 /// Builds the histograms of one metric (and of each label set of a family): the buckets,
-/// and the exemplar source when traces are on.
+/// and whether they keep exemplars (traces on).
 #[derive(Debug, Clone)]
 pub struct LatencyBuckets {
     pub buckets: Vec<f64>,
-    pub exemplars: Option<ExemplarSource>,
+    pub exemplars: bool,
 }
 
 impl LatencyBuckets {
-    pub fn new(buckets: impl Iterator<Item = f64>, exemplars: Option<ExemplarSource>) -> Self {
+    pub fn new(buckets: impl Iterator<Item = f64>, exemplars: bool) -> Self {
         LatencyBuckets {
             buckets: buckets.collect(),
             exemplars,
@@ -93,8 +90,8 @@ impl MetricConstructor<Latency> for LatencyBuckets {
     fn new_metric(&self) -> Latency {
         let buckets = self.buckets.iter().copied();
         match self.exemplars {
-            None => Latency::Plain(Histogram::new(buckets)),
-            Some(source) => Latency::Exemplars(HistogramWithExemplars::new(buckets), source),
+            false => Latency::Plain(Histogram::new(buckets)),
+            true => Latency::Exemplars(HistogramWithExemplars::new(buckets)),
         }
     }
 }
@@ -105,9 +102,7 @@ mod tests {
     use crate::metrics::exposition::{render, Exposition};
     use prometheus_client::registry::Registry;
 
-    fn sampled() -> Option<TraceId> {
-        Some(TraceId(0x0af7651916cd43dd8448eb211c80319c))
-    }
+    const SAMPLED: Option<TraceId> = Some(TraceId(0x0af7651916cd43dd8448eb211c80319c));
 
     fn registry_with(latency: &Latency) -> Registry {
         let mut registry = Registry::with_prefix("idem");
@@ -116,10 +111,10 @@ mod tests {
     }
 
     #[test]
-    fn exemplars_only_when_a_source_is_given_and_only_in_openmetrics() {
+    fn exemplars_only_when_traces_are_on_and_only_in_openmetrics() {
         let buckets = [0.01, 0.1, 1.0];
-        let on = LatencyBuckets::new(buckets.into_iter(), Some(sampled)).new_metric();
-        on.observe(0.05);
+        let on = LatencyBuckets::new(buckets.into_iter(), true).new_metric();
+        on.observe(0.05, SAMPLED);
         let open = render(&registry_with(&on), Exposition::OpenMetrics);
         assert!(
             open.contains(r#"idem_upstream_duration_seconds_bucket{le="0.1"} 1 # {trace_id="0af7651916cd43dd8448eb211c80319c"} 0.05"#),
@@ -132,8 +127,8 @@ mod tests {
             "{text}"
         );
 
-        let off = LatencyBuckets::new(buckets.into_iter(), None).new_metric();
-        off.observe(0.05);
+        let off = LatencyBuckets::new(buckets.into_iter(), false).new_metric();
+        off.observe(0.05, SAMPLED);
         assert!(matches!(off, Latency::Plain(_)));
         let open = render(&registry_with(&off), Exposition::OpenMetrics);
         assert!(!open.contains("trace_id"), "{open}");
@@ -141,8 +136,8 @@ mod tests {
 
     #[test]
     fn an_unsampled_request_leaves_no_exemplar() {
-        let on = LatencyBuckets::new([0.1].into_iter(), Some(|| None)).new_metric();
-        on.observe(0.05);
+        let on = LatencyBuckets::new([0.1].into_iter(), true).new_metric();
+        on.observe(0.05, None);
         let open = render(&registry_with(&on), Exposition::OpenMetrics);
         assert!(!open.contains(" # {"), "{open}");
     }

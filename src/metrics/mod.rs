@@ -6,7 +6,7 @@ mod exposition;
 mod latency;
 
 pub use exposition::Exposition;
-pub use latency::{ExemplarSource, Latency, TraceId};
+pub use latency::{Latency, TraceId};
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -137,12 +137,11 @@ pub struct Metrics {
 impl Metrics {
     /// Metrics without exemplars (traces off).
     pub fn new() -> Metrics {
-        Metrics::with_exemplars(None)
+        Metrics::with_exemplars(false)
     }
 
-    /// Metrics whose latency histograms take an exemplar from `exemplars` on each
-    /// observation (traces on).
-    pub fn with_exemplars(exemplars: Option<ExemplarSource>) -> Metrics {
+    /// Metrics whose latency histograms keep exemplars when `exemplars` (traces on).
+    pub fn with_exemplars(exemplars: bool) -> Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let upstream_duration =
             LatencyBuckets::new(exponential_buckets(0.001, 2.0, 16), exemplars).new_metric();
@@ -267,20 +266,19 @@ impl Metrics {
         if let Some(mut span) = span {
             opentelemetry::trace::Span::end(&mut *span);
         }
-        // Traces on: the request's span is current while observing (the exemplar).
-        let _entered = trace.and_then(crate::traces::RequestTrace::enter);
-        self.store_op(op, took);
+        let exemplar = trace.and_then(crate::traces::RequestTrace::exemplar);
+        self.store_op(op, took, exemplar);
         (out, took)
     }
 
-    fn store_op(&self, op: StoreOp, took: Duration) {
+    fn store_op(&self, op: StoreOp, took: Duration, exemplar: Option<TraceId>) {
         self.store_ops[op as usize]
             .get_or_init(|| {
                 self.store_duration
                     .get_or_create(&StoreLabels { op })
                     .clone()
             })
-            .observe(took.as_secs_f64());
+            .observe(took.as_secs_f64(), exemplar);
     }
 
     /// The exposition of every metric, in `format`.

@@ -96,12 +96,9 @@ async fn run(worker: Arc<Worker>, call: Call, reply: oneshot::Sender<Response<Pr
     let mut work = Box::pin(exchange(&worker, &policy, mcp.as_deref(), request, out));
     let (holder, ended) = renewing(holder, work.as_mut()).await;
     drop(work);
-    {
-        // Traces on: the request's span is current while observing (the exemplar).
-        let _entered = holder.trace().and_then(RequestTrace::enter);
-        let took = started.elapsed().as_secs_f64();
-        worker.metrics.upstream_duration.observe(took);
-    }
+    let exemplar = holder.trace().and_then(RequestTrace::exemplar);
+    let took = started.elapsed().as_secs_f64();
+    worker.metrics.upstream_duration.observe(took, exemplar);
 
     let Ended {
         exchanged,

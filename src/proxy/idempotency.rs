@@ -63,7 +63,7 @@ struct Flow<'a> {
     mcp: Option<Arc<ToolCall>>,
     key: Option<StoreKey>,
     store_time: Duration,
-    /// The request's spans, when traces are on (its trace id is `trace_id()`).
+    /// The request's spans, when traces are on.
     trace: Option<&'a RequestTrace>,
 }
 

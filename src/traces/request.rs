@@ -4,9 +4,8 @@
 //!
 //! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>` (in
 //! `Proxy::handle`, in the protected flow as `Flow::trace`, in the detached call as
-//! `Call::trace` and the lease holder's), and the request's trace id is
-//! [`RequestTrace::trace_id`] on it. Latency exemplars read it through
-//! [`current_trace_id`] while the request is [`RequestTrace::enter`]ed.
+//! `Call::trace` and the lease holder's); the latency histograms take their exemplar
+//! from it ([`RequestTrace::exemplar`]).
 
 use std::fmt;
 
@@ -16,7 +15,7 @@ use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
     TraceState, Tracer as _,
 };
-use opentelemetry::{Context, ContextGuard, KeyValue};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::trace::Span;
 
@@ -76,16 +75,13 @@ impl RequestTrace {
         }
     }
 
-    /// The trace this request belongs to (for exemplars and logs).
-    pub fn trace_id(&self) -> TraceId {
-        self.cx.span().span_context().trace_id()
-    }
-
-    /// Make this request's span the thread's current one until the guard drops, for
-    /// code that reads [`current_trace_id`] (the latency histograms' exemplars). Never
-    /// hold the guard across an `.await`. `None` when not sampled (no exemplar then).
-    pub fn enter(&self) -> Option<ContextGuard> {
-        self.recording().then(|| self.cx.clone().attach())
+    /// This request's trace id for a latency histogram's exemplar; `None` when not
+    /// sampled, since an exemplar pointing at a trace nobody exported is a dead link.
+    pub fn exemplar(&self) -> Option<crate::metrics::TraceId> {
+        let span = self.cx.span();
+        let cx = span.span_context();
+        let id = u128::from_be_bytes(cx.trace_id().to_bytes());
+        cx.is_sampled().then_some(crate::metrics::TraceId(id))
     }
 
     /// What a record produced by this request keeps: `None` when the span is not
@@ -238,17 +234,6 @@ fn inject(headers: &mut HeaderMap, parent: &SpanContext) {
             headers.insert("tracestate", state);
         }
     }
-}
-
-/// The trace id of the span [`RequestTrace::enter`]ed on this thread, if it is sampled:
-/// the [`crate::metrics::ExemplarSource`] when traces are on.
-pub fn current_trace_id() -> Option<crate::metrics::TraceId> {
-    Context::map_current(|cx| {
-        let span = cx.span();
-        let sc = span.span_context();
-        sc.is_sampled()
-            .then(|| crate::metrics::TraceId(u128::from_be_bytes(sc.trace_id().to_bytes())))
-    })
 }
 
 /// Record the upstream's answer on its span and end it.
