@@ -12,6 +12,7 @@ use support::env::{Backend, Env};
 use support::harness::{post, send, IdemProcess};
 use support::mcp::{call, outcome, python_client};
 use support::otlp::{ExportedSpan, OtlpReceiver};
+use support::poll::eventually;
 use support::upstream::Received;
 
 const SERVER: i32 = 2;
@@ -224,8 +225,15 @@ async fn a_waiting_duplicate_links_to_the_execution(b: Backend) {
         [slow, ("traceparent", &tp_a)],
         [slow, ("traceparent", &tp_b)],
     );
+    // The duplicate is sent once the first is at the upstream (a fixed head start was
+    // not enough on a loaded machine: the duplicate then won the key itself).
     let (first, second) = tokio::join!(charge(&idem, &headers_a), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually(
+            Duration::from_secs(5),
+            "the first call forwarded",
+            async || env.upstream.total_executions() == 1,
+        )
+        .await;
         charge(&idem, &headers_b).await
     });
     assert_eq!(first.status, 201, "{}", first.text());
@@ -272,7 +280,16 @@ async fn a_caller_without_traceparent_gets_a_new_trace(b: Backend) {
 /// `sample_ratio: 0` in the file, or `OTEL_TRACES_SAMPLER=parentbased_traceidratio` with
 /// `OTEL_TRACES_SAMPLER_ARG=0`: a caller's sampled trace is still kept, a new one is not
 /// exported, and the upstream gets the unsampled context.
-async fn sampling_follows_the_caller(b: Backend, from_file: bool) {
+async fn sampling_follows_the_caller(b: Backend) {
+    sampling_follows_the_caller_configured(b, true).await
+}
+
+async fn sampling_follows_the_caller_with_the_otel_sampler_variables(b: Backend) {
+    sampling_follows_the_caller_configured(b, false).await
+}
+
+/// `from_file`: the ratio from `telemetry.sample_ratio`, else from `OTEL_TRACES_SAMPLER*`.
+async fn sampling_follows_the_caller_configured(b: Backend, from_file: bool) {
     let otlp = OtlpReceiver::start().await;
     let env = Env::new(b).await;
     let mut telemetry = format!("telemetry:\n  otlp_endpoint: {}\n", otlp.url());
@@ -353,59 +370,16 @@ async fn the_drain_flushes_the_batch(b: Backend) {
     assert!(otlp.spans().iter().any(|s| s.kind == SERVER));
 }
 
-mod memory {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn fresh_call_and_replay_are_traced_and_linked() {
-        super::fresh_call_and_replay_are_traced_and_linked(Backend::memory()).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_caller_without_traceparent_gets_a_new_trace() {
-        super::a_caller_without_traceparent_gets_a_new_trace(Backend::memory()).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiting_duplicate_links_to_the_execution() {
-        super::a_waiting_duplicate_links_to_the_execution(Backend::memory()).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sampling_follows_the_caller() {
-        super::sampling_follows_the_caller(Backend::memory(), true).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sampling_follows_the_caller_with_the_otel_sampler_variables() {
-        super::sampling_follows_the_caller(Backend::memory(), false).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn nothing_is_exported_when_off() {
-        super::nothing_is_exported_when_off(Backend::memory()).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_drain_flushes_the_batch() {
-        super::the_drain_flushes_the_batch(Backend::memory()).await
-    }
-}
-
-/// The link lives in the record: through Redis it goes through the codec.
-mod redis {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn fresh_call_and_replay_are_traced_and_linked() {
-        super::fresh_call_and_replay_are_traced_and_linked(Backend::redis()).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiting_duplicate_links_to_the_execution() {
-        super::a_waiting_duplicate_links_to_the_execution(Backend::redis()).await
-    }
-}
+// Every case on the memory store and on Redis (where the link goes through the codec).
+store_cases!([memory, redis] [
+    fresh_call_and_replay_are_traced_and_linked,
+    a_waiting_duplicate_links_to_the_execution,
+    a_caller_without_traceparent_gets_a_new_trace,
+    sampling_follows_the_caller,
+    sampling_follows_the_caller_with_the_otel_sampler_variables,
+    nothing_is_exported_when_off,
+    the_drain_flushes_the_batch
+]);
 
 /// An MCP `tools/call` (official Python SDK client and server) gets the route's span with
 /// its tool, and its replay the link.
