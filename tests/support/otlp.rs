@@ -11,9 +11,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -21,9 +18,9 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::Link;
 use prost::Message;
-use tokio::net::TcpListener;
 
 use super::poll::eventually;
+use super::upstream::serve_http;
 
 /// One exported span, flattened out of its resource and scope.
 #[derive(Debug, Clone)]
@@ -67,21 +64,9 @@ pub struct OtlpReceiver {
 
 impl OtlpReceiver {
     pub async fn start() -> OtlpReceiver {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind OTLP");
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
         let st = state.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let st = st.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| receive(st.clone(), req));
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
+        let addr = serve_http("OTLP", move |req| receive(st.clone(), req)).await;
         OtlpReceiver { addr, state }
     }
 

@@ -56,26 +56,9 @@ pub struct MockUpstream {
 
 impl MockUpstream {
     pub async fn start() -> MockUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind mock upstream");
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let st = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let st = st.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(st.clone(), req));
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
+        let addr = serve_http("mock upstream", move |req| handle(st.clone(), req)).await;
         MockUpstream { addr, state }
     }
 
@@ -102,6 +85,36 @@ impl MockUpstream {
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().unwrap().clone()
     }
+}
+
+/// Serve `handle` (HTTP/1.1 or h2c) on a free loopback port, each connection on its
+/// own task, for as long as the test runs: the test support's HTTP servers.
+pub async fn serve_http<H, F, B, E>(what: &str, handle: H) -> SocketAddr
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<Response<B>, E>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind {what}: {e}"));
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service_fn(handle))
+                    .await;
+            });
+        }
+    });
+    addr
 }
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
