@@ -57,11 +57,9 @@ pub fn encode_into(record: &Record, out: &mut impl Write) {
     let _ = out.write_all(if body.is_some() { b"true" } else { b"false" });
     if let Some(link) = &record.trace {
         // Optional and last: records written before it existed decode without it.
-        let mut buf = *b",\"trace\":\"00000000000000000000000000000000-0000000000000000\"";
-        // 32 and 16 bytes of room for 16 and 8 bytes of input: cannot fail.
-        let _ = hex::encode_to_slice(link.trace_id, &mut buf[10..42]);
-        let _ = hex::encode_to_slice(link.span_id, &mut buf[43..59]);
-        let _ = out.write_all(&buf);
+        let _ = out.write_all(b",\"trace\":\"");
+        let _ = out.write_all(&link.hex());
+        let _ = out.write_all(b"\"");
     }
     let _ = out.write_all(b"}\n");
     let _ = out.write_all(body.map_or(&[][..], |b| &b[..]));

@@ -268,13 +268,20 @@ impl TraceLink {
     }
 }
 
+impl TraceLink {
+    /// The `Display` form, `<32 hex>-<16 hex>`, without allocating (the record codec
+    /// writes it on every traced reservation).
+    pub fn hex(&self) -> [u8; 49] {
+        let mut out = [b'-'; 49];
+        // 32 and 16 bytes of room for 16 and 8 bytes of input: cannot fail.
+        let _ = hex::encode_to_slice(self.trace_id, &mut out[..32]);
+        let _ = hex::encode_to_slice(self.span_id, &mut out[33..]);
+        out
+    }
+}
+
 impl fmt::Display for TraceLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}-{}",
-            hex::encode(self.trace_id),
-            hex::encode(self.span_id)
-        )
+        f.write_str(std::str::from_utf8(&self.hex()).map_err(|_| fmt::Error)?)
     }
 }
