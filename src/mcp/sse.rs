@@ -4,6 +4,19 @@
 //! ends at a blank line (WHATWG HTML, "event stream interpretation").
 
 use bytes::{Buf, BytesMut};
+use http::{header, HeaderMap};
+
+/// Whether a response is an event stream (`Content-Type: text/event-stream`).
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
 
 /// One complete event: its raw bytes (up to and including the blank line) and its
 /// `data` lines joined with `\n`.
@@ -15,7 +28,7 @@ pub struct Event {
 
 /// Splits a byte stream into events; bytes of an unfinished event wait in `pending`.
 #[derive(Debug)]
-pub struct Events {
+pub struct EventSplitter {
     pending: BytesMut,
     /// Where to resume the search for an event's end.
     scanned: usize,
@@ -24,9 +37,9 @@ pub struct Events {
     overflowed: bool,
 }
 
-impl Events {
-    pub fn new(limit: usize) -> Events {
-        Events {
+impl EventSplitter {
+    pub fn new(limit: usize) -> EventSplitter {
+        EventSplitter {
             pending: BytesMut::new(),
             scanned: 0,
             limit,
@@ -128,7 +141,7 @@ mod tests {
         let stream =
             b"event: message\ndata: {\"a\":1}\n\nid: 2\r\ndata: x\r\ndata:y\r\n\r\n: comment\n\n";
         for cut in 0..stream.len() {
-            let mut events = Events::new(1024);
+            let mut events = EventSplitter::new(1024);
             let mut got = events.push(&stream[..cut]);
             got.extend(events.push(&stream[cut..]));
             let data: Vec<_> = got.iter().map(|e| e.data.as_str()).collect();
@@ -140,7 +153,7 @@ mod tests {
 
     #[test]
     fn an_oversized_event_is_dropped_and_flagged() {
-        let mut events = Events::new(8);
+        let mut events = EventSplitter::new(8);
         assert!(events.push(b"data: 0123456789abcdef").is_empty());
         assert!(events.overflowed());
     }

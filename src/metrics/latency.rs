@@ -41,11 +41,13 @@ pub enum Latency {
 
 impl Latency {
     /// `trace`: the measured request's trace id, if sampled (a plain histogram ignores it).
-    pub fn observe(&self, seconds: f64, trace: Option<TraceId>) {
+    pub fn observe(&self, seconds: f64, trace: Option<u128>) {
         match self {
             Latency::Plain(histogram) => histogram.observe(seconds),
             Latency::Exemplars(histogram) => {
-                let exemplar = trace.map(|trace_id| TraceExemplar { trace_id });
+                let exemplar = trace.map(|id| TraceExemplar {
+                    trace_id: TraceId(id),
+                });
                 histogram.observe(seconds, exemplar, None)
             }
         }
@@ -102,7 +104,7 @@ mod tests {
     use crate::metrics::exposition::{render, Exposition};
     use prometheus_client::registry::Registry;
 
-    const SAMPLED: Option<TraceId> = Some(TraceId(0x0af7651916cd43dd8448eb211c80319c));
+    const SAMPLED: Option<u128> = Some(0x0af7651916cd43dd8448eb211c80319c);
 
     fn registry_with(latency: &Latency) -> Registry {
         let mut registry = Registry::with_prefix("idem");

@@ -6,12 +6,14 @@ mod exposition;
 mod latency;
 
 pub use exposition::Exposition;
-pub use latency::{Latency, TraceId};
+pub use latency::Latency;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,33 +22,17 @@ use prometheus_client::registry::Registry;
 
 use latency::LatencyBuckets;
 
-/// What happened to one request (`idem_requests_total{outcome}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-#[repr(usize)]
-pub enum Outcome {
-    forwarded,
-    replayed,
-    conflict,
-    mismatch,
-    rejected,
-    passthrough,
-    store_error,
+pub use crate::proxy::{Outcome, StoreOp};
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
 }
 
-impl Outcome {
-    const COUNT: usize = 7;
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::forwarded => "forwarded",
-            Outcome::replayed => "replayed",
-            Outcome::conflict => "conflict",
-            Outcome::mismatch => "mismatch",
-            Outcome::rejected => "rejected",
-            Outcome::passthrough => "passthrough",
-            Outcome::store_error => "store_error",
-        }
+impl EncodeLabelValue for StoreOp {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
     }
 }
 
@@ -56,48 +42,35 @@ pub struct RequestLabels {
     pub outcome: Outcome,
 }
 
-/// Store operations timed in `idem_store_duration_seconds{op}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-#[repr(usize)]
-pub enum StoreOp {
-    reserve,
-    renew,
-    complete,
-    release,
-    takeover,
-}
-
-impl StoreOp {
-    /// One past the last variant (`store_ops` has a slot per operation; a new variant
-    /// goes before `takeover` or moves this).
-    const COUNT: usize = StoreOp::takeover as usize + 1;
-
-    /// The label value (and trace span name).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StoreOp::reserve => "reserve",
-            StoreOp::renew => "renew",
-            StoreOp::complete => "complete",
-            StoreOp::release => "release",
-            StoreOp::takeover => "takeover",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct StoreLabels {
     pub op: StoreOp,
 }
 
 /// Why a protected upstream call got no final answer (`idem_upstream_failures_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UpstreamFailure {
     /// Never sent (connect refused, DNS): 502, safe to retry.
-    not_sent,
+    NotSent,
     /// Timeout or reset after sending: 504, outcome unknown.
-    ambiguous,
+    Ambiguous,
+}
+
+impl UpstreamFailure {
+    pub const ALL: [UpstreamFailure; 2] = [UpstreamFailure::NotSent, UpstreamFailure::Ambiguous];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamFailure::NotSent => "not_sent",
+            UpstreamFailure::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+impl EncodeLabelValue for UpstreamFailure {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -130,7 +103,7 @@ pub struct Metrics {
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
     /// cache line every worker thread shares.
-    store_ops: Arc<[OnceLock<Latency>; StoreOp::COUNT]>,
+    store_ops: Arc<[OnceLock<Latency>; StoreOp::ALL.len()]>,
     registry: std::sync::Arc<Registry>,
 }
 
@@ -249,36 +222,16 @@ impl Metrics {
             .inc();
     }
 
-    /// Run one store round trip, recording its duration under `op`: the one place every
-    /// store call on the request path is timed. Returns the result and the time taken.
-    /// With traces on, the round trip is also a child span of the request's (boxed, so
-    /// the future holding it stays small when they are off).
-    pub async fn time_store_op<T>(
-        &self,
-        op: StoreOp,
-        trace: Option<&crate::traces::RequestTrace>,
-        round_trip: impl std::future::Future<Output = T>,
-    ) -> (T, Duration) {
-        let span = trace.and_then(|t| t.store_op(op)).map(Box::new);
-        let started = std::time::Instant::now();
-        let out = round_trip.await;
-        let took = started.elapsed();
-        if let Some(mut span) = span {
-            opentelemetry::trace::Span::end(&mut *span);
-        }
-        let exemplar = trace.and_then(crate::traces::RequestTrace::exemplar);
-        self.store_op(op, took, exemplar);
-        (out, took)
-    }
-
-    fn store_op(&self, op: StoreOp, took: Duration, exemplar: Option<TraceId>) {
-        self.store_ops[op as usize]
+    /// Record one store round trip's duration under `op`; `trace`: the request's
+    /// sampled trace id, the exemplar (see [`latency`]).
+    pub fn store_op(&self, op: StoreOp, took: Duration, trace: Option<u128>) {
+        self.store_ops[op.index()]
             .get_or_init(|| {
                 self.store_duration
                     .get_or_create(&StoreLabels { op })
                     .clone()
             })
-            .observe(took.as_secs_f64(), exemplar);
+            .observe(took.as_secs_f64(), trace);
     }
 
     /// The exposition of every metric, in `format`.
@@ -292,12 +245,12 @@ impl Metrics {
 pub struct RouteCounters {
     route: String,
     family: Family<RequestLabels, Counter>,
-    slots: [OnceLock<Counter>; Outcome::COUNT],
+    slots: [OnceLock<Counter>; Outcome::ALL.len()],
 }
 
 impl RouteCounters {
     pub fn inc(&self, outcome: Outcome) {
-        self.slots[outcome as usize]
+        self.slots[outcome.index()]
             .get_or_init(|| {
                 self.family
                     .get_or_create(&RequestLabels {
@@ -324,9 +277,9 @@ mod tests {
     fn route_counters_feed_the_family() {
         let m = Metrics::new();
         let c = m.route_counters("charge");
-        c.inc(Outcome::replayed);
-        c.inc(Outcome::replayed);
-        m.count("charge", Outcome::replayed);
+        c.inc(Outcome::Replayed);
+        c.inc(Outcome::Replayed);
+        m.count("charge", Outcome::Replayed);
         let text = m.render(Exposition::Prometheus);
         assert!(
             text.contains(r#"idem_requests_total{route="charge",outcome="replayed"} 3"#),

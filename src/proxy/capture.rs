@@ -1,8 +1,36 @@
-//! A copy of the response body kept for the record, up to `max_response_bytes`.
-//! Past the cap the copy is dropped (the record will say "completed, body not stored")
-//! while the live response keeps streaming.
+//! What of a response is kept for the record: its headers, without those that carry or
+//! set credentials ([`stored_headers`]), and a copy of its body up to
+//! `max_response_bytes` ([`Capture`]). Past the cap the copy is dropped (the record will
+//! say "completed, body not stored") while the live response keeps streaming.
 
 use bytes::{Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::RoutePolicy;
+
+/// Headers that carry or set credentials: never stored, so never replayed to a repeat
+/// and never at rest in a shared store (SPEC §1 "Stored responses").
+const CREDENTIAL_HEADERS: [HeaderName; 5] = [
+    header::SET_COOKIE,
+    header::AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::WWW_AUTHENTICATE,
+];
+
+/// The response headers a record keeps (hop-by-hop headers are already gone): every
+/// end-to-end header but the credential ones. The caller of the first execution still
+/// gets every header; replays get these.
+pub fn stored_headers(
+    headers: &HeaderMap,
+    _policy: &RoutePolicy,
+) -> Vec<(HeaderName, HeaderValue)> {
+    headers
+        .iter()
+        .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(name))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect()
+}
 
 pub struct Capture {
     buf: BytesMut,

@@ -16,9 +16,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::intent::Intent;
+use super::outcome::Outcome;
 use super::problem::{self, Problem};
 use crate::config::{OnAmbiguous, OnFailure, RoutePolicy};
-use crate::metrics::Outcome;
 use crate::store::{Record, RecordState, StoredResponse, Token};
 
 /// The longest a waiting duplicate sleeps between looks at the record: a safety net
@@ -61,10 +61,10 @@ pub fn decide<'r>(
     }
     // Credentials first: a stranger learns nothing about the request.
     if existing.credentials != intent.credentials {
-        return Decision::Refuse(problem::credential_mismatch(), Outcome::rejected);
+        return Decision::Refuse(problem::credential_mismatch(), Outcome::Rejected);
     }
     if existing.fingerprint != intent.fingerprint {
-        return Decision::Refuse(problem::key_reused(), Outcome::mismatch);
+        return Decision::Refuse(problem::key_reused(), Outcome::Mismatch);
     }
     match (existing.state, &existing.response) {
         (RecordState::Completed, Some(stored)) => {
@@ -75,7 +75,7 @@ pub fn decide<'r>(
                 // Completed, but too large to keep: never a second execution.
                 None => {
                     let p = problem::response_not_stored(stored.status);
-                    Decision::Refuse(p, Outcome::conflict)
+                    Decision::Refuse(p, Outcome::Conflict)
                 }
             }
         }
@@ -90,7 +90,7 @@ pub fn decide<'r>(
         }
         _ => {
             let p = problem::in_progress(&policy.name, retry_after_secs(existing, now_ms));
-            Decision::Refuse(p, Outcome::conflict)
+            Decision::Refuse(p, Outcome::Conflict)
         }
     }
 }

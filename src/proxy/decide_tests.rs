@@ -91,7 +91,7 @@ fn other_credentials_are_refused_before_anything_else_is_told() {
     r.fingerprint = [9; 32];
     let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
     assert_eq!((status, code.as_str()), (403, "credential_mismatch"));
-    assert_eq!(outcome, Outcome::rejected);
+    assert_eq!(outcome, Outcome::Rejected);
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn other_request_under_the_key_is_422_completed_or_in_progress() {
         r.fingerprint = [9; 32];
         let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
         assert_eq!((status, code.as_str()), (422, "idempotency_key_reused"));
-        assert_eq!(outcome, Outcome::mismatch);
+        assert_eq!(outcome, Outcome::Mismatch);
     }
 }
 
@@ -114,7 +114,7 @@ fn in_progress_conflicts_with_retry_after_from_the_lease() {
             panic!("conflict expected")
         };
         assert_eq!((p.status.as_u16(), p.code), (409, "request_in_progress"));
-        assert_eq!(outcome, Outcome::conflict);
+        assert_eq!(outcome, Outcome::Conflict);
         let response = p.into_response();
         assert_eq!(response.headers()["retry-after"], retry_after, "{left_ms}");
     }
@@ -166,7 +166,7 @@ fn completed_without_its_body_is_409_naming_the_status_never_a_rerun() {
     let r = completed(200, None);
     let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
     assert_eq!((status, code.as_str()), (409, "response_not_stored"));
-    assert_eq!(outcome, Outcome::conflict);
+    assert_eq!(outcome, Outcome::Conflict);
 }
 
 #[test]

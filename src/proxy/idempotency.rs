@@ -11,34 +11,24 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::body::ProxyBody;
+use super::context::RequestContext;
 use super::decide::{decide, Decision};
 use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
 use super::lease::release_orphan;
+use super::outcome::{Outcome, StoreOp};
 use super::problem::{self, Problem, ProblemFormat};
 use super::replay::{replay, replay_mcp};
-use super::{forward_unprotected, Worker};
+use super::{forward_unprotected, Handled};
 use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
-use crate::metrics::{Outcome, StoreOp};
 use crate::path::Captures;
 use crate::store::record::now_ms;
 use crate::store::{Record, Reserve, StoreError};
 use crate::traces::RequestTrace;
-
-/// What the pipeline needs to answer and log one protected request.
-pub struct Handled {
-    pub response: Response<ProxyBody>,
-    pub outcome: Outcome,
-    pub key: Option<StoreKey>,
-    /// Time spent in store round trips.
-    pub store_time: Duration,
-    /// Time until the upstream answered (winner only).
-    pub upstream_time: Option<Duration>,
-}
 
 /// A matched request before its body is read.
 pub struct Inbound {
@@ -51,7 +41,7 @@ pub struct Inbound {
 
 /// One protected request on its way through the flow.
 struct Flow<'a> {
-    worker: &'a Arc<Worker>,
+    cx: &'a RequestContext,
     policy: Arc<RoutePolicy>,
     parts: request::Parts,
     body: BodyView,
@@ -63,60 +53,52 @@ struct Flow<'a> {
     mcp: Option<Arc<ToolCall>>,
     key: Option<StoreKey>,
     store_time: Duration,
-    /// The request's spans, when traces are on.
-    trace: Option<&'a RequestTrace>,
 }
 
 /// Read the body (bounded) and protect the request.
-pub async fn protect(
-    worker: &Arc<Worker>,
-    mut inbound: Inbound,
-    body: Incoming,
-    trace: Option<&RequestTrace>,
-) -> Handled {
+pub async fn protect(cx: &RequestContext, mut inbound: Inbound, body: Incoming) -> Handled {
     let limit = inbound.policy.max_request_bytes;
-    let timeout = worker.upstream.timeout;
+    let timeout = cx.worker.upstream.timeout;
     let raw = read_body(body, &inbound.parts.headers, limit, timeout).await;
     let captures = std::mem::take(&mut inbound.captures);
     let view = BodyView::new(raw.as_ref().cloned().unwrap_or_default());
-    let mut flow = Flow::new(worker, inbound, view, None, trace);
+    let mut flow = Flow::new(cx, inbound, view, None);
     if let Err(p) = raw {
-        return flow.refuse(p, Outcome::rejected);
+        return flow.refuse(p, Outcome::Rejected);
     }
     // The same steps as `protect_read`, written out: the flow stays a local of this
     // future instead of moving into a nested one (the hot path of every route).
     match flow.derive(&captures) {
         Derived::Reserve(intent) => flow.reserve(intent).await,
-        Derived::Unprotected => flow.unprotected(Outcome::passthrough).await,
-        Derived::Refuse(p) => flow.refuse(p, Outcome::rejected),
+        Derived::Unprotected => flow.unprotected(Outcome::Passthrough).await,
+        Derived::Refuse(p) => flow.refuse(p, Outcome::Rejected),
     }
 }
 
 /// Protect a request whose body is already read: derive its intent and reserve it.
 /// `mcp`: the protected `tools/call` of an MCP route, whose problems are tool errors.
 pub async fn protect_read(
-    worker: &Arc<Worker>,
+    cx: &RequestContext,
     mut inbound: Inbound,
     body: BodyView,
     mcp: Option<ToolCall>,
-    trace: Option<&RequestTrace>,
 ) -> Handled {
     let captures = std::mem::take(&mut inbound.captures);
-    if let (Some(trace), Some(call)) = (trace, &mcp) {
+    if let (Some(trace), Some(call)) = (cx.trace(), &mcp) {
         trace.tool(&call.tool);
     }
-    let mut flow = Flow::new(worker, inbound, body, mcp.map(Arc::new), trace);
+    let mut flow = Flow::new(cx, inbound, body, mcp.map(Arc::new));
     if flow.mcp.as_ref().is_some_and(|call| !call.exact) {
         let p = problem::key_invalid(
             "the tool arguments have a number with more digits than a 64-bit float holds; \
              send such numbers as JSON strings",
         );
-        return flow.refuse(p, Outcome::rejected);
+        return flow.refuse(p, Outcome::Rejected);
     }
     match flow.derive(&captures) {
         Derived::Reserve(intent) => flow.reserve(intent).await,
-        Derived::Unprotected => flow.unprotected(Outcome::passthrough).await,
-        Derived::Refuse(p) => flow.refuse(p, Outcome::rejected),
+        Derived::Unprotected => flow.unprotected(Outcome::Passthrough).await,
+        Derived::Refuse(p) => flow.refuse(p, Outcome::Rejected),
     }
 }
 
@@ -130,18 +112,17 @@ enum Derived {
 
 impl<'a> Flow<'a> {
     fn new(
-        worker: &'a Arc<Worker>,
+        cx: &'a RequestContext,
         inbound: Inbound,
         body: BodyView,
         mcp: Option<Arc<ToolCall>>,
-        trace: Option<&'a RequestTrace>,
     ) -> Flow<'a> {
         let format = match &mcp {
             Some(call) => ProblemFormat::McpToolError(call.clone()),
             None => ProblemFormat::default(),
         };
         Flow {
-            worker,
+            cx,
             policy: inbound.policy,
             parts: inbound.parts,
             body,
@@ -151,7 +132,6 @@ impl<'a> Flow<'a> {
             mcp,
             key: None,
             store_time: Duration::ZERO,
-            trace,
         }
     }
 
@@ -177,17 +157,17 @@ impl<'a> Flow<'a> {
         let deadline = Instant::now() + policy.wait_timeout;
         loop {
             // Watch before reading, so a completion between the read and the wait is seen.
-            let mut watch = waits.then(|| self.worker.store.watch(&intent.store_key));
+            let cx = self.cx;
+            let store = &cx.worker.store;
+            let mut watch = waits.then(|| store.watch(&intent.store_key));
             let mut mine = intent.reservation(&policy);
-            if let Some(trace) = self.trace {
+            if let Some(trace) = cx.trace() {
                 // The in-progress record already names the execution that will answer.
                 mine.trace = trace.link().map(Box::new);
             }
-            let worker = self.worker;
-            let store = &worker.store;
             let reserved = self
                 .timed(
-                    StoreOp::reserve,
+                    StoreOp::Reserve,
                     store.reserve(&intent.store_key, &mine, policy.lease),
                 )
                 .await;
@@ -195,7 +175,7 @@ impl<'a> Flow<'a> {
                 Err(e) => {
                     let refused = self.on_store_error == OnStoreError::Reject;
                     if refused && matches!(e, StoreError::Timeout(_)) {
-                        release_orphan(self.worker, intent.store_key, mine.token, policy.lease);
+                        release_orphan(&cx.worker, intent.store_key, mine.token, policy.lease);
                     }
                     return self.store_failed(e).await;
                 }
@@ -205,7 +185,7 @@ impl<'a> Flow<'a> {
             let now = Instant::now();
             let may_wait = waits && now < deadline;
             let decision = decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms());
-            if let Some(trace) = self.trace {
+            if let Some(trace) = cx.trace() {
                 match &decision {
                     Decision::Replay { .. } => {
                         trace.replays(existing.trace.as_deref(), existing.attempt)
@@ -222,12 +202,12 @@ impl<'a> Flow<'a> {
                         Some(call) => replay_mcp(stored, body, call),
                         None => replay(stored, body),
                     };
-                    return self.answer(response, Outcome::replayed);
+                    return self.answer(response, Outcome::Replayed);
                 }
                 Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
                 Decision::NewAttempt => {
                     let mut next = existing.next_attempt(policy.lease);
-                    next.trace = self.trace.and_then(RequestTrace::link).map(Box::new);
+                    next.trace = cx.trace().and_then(RequestTrace::link).map(Box::new);
                     let taken = store.replace_if_owner(
                         &intent.store_key,
                         &existing.token,
@@ -235,7 +215,7 @@ impl<'a> Flow<'a> {
                         policy.lease,
                         false,
                     );
-                    match self.timed(StoreOp::takeover, taken).await {
+                    match self.timed(StoreOp::Takeover, taken).await {
                         Ok(true) => return self.forward(&intent, next).await,
                         // Another duplicate took it over first: look again.
                         Ok(false) => continue,
@@ -260,11 +240,11 @@ impl<'a> Flow<'a> {
         let policy = &self.policy;
         let upstream_key = key::upstream_key(&intent.key, record.attempt);
         let key_value = key::forward_key_value(&upstream_key, policy.forward_key_format);
-        if let Some(trace) = self.trace {
+        if let Some(trace) = self.cx.trace() {
             trace.executes(record.attempt);
         }
         let request = upstream_request(
-            &self.worker.upstream.url,
+            &self.cx.worker.upstream.url,
             self.parts,
             Either::Left(Full::new(self.body.raw().clone())),
             self.client_ip,
@@ -277,30 +257,28 @@ impl<'a> Flow<'a> {
             key: intent.store_key,
             record,
             request,
-            trace: self.trace.map(|t| Box::new(t.clone())),
         };
         let started = Instant::now();
-        let response = match execute::spawn(self.worker, call).await {
+        let response = match execute::spawn(self.cx.clone(), call).await {
             Ok(response) => response,
             Err(_) => self.format.respond(problem::upstream_unavailable()),
         };
-        Handled {
-            response,
-            outcome: Outcome::forwarded,
+        let handled = Handled {
             key: self.key,
             store_time: self.store_time,
-            upstream_time: Some(started.elapsed()),
-        }
+            ..Handled::answered(response, Outcome::Forwarded)
+        };
+        handled.upstream_since(started)
     }
 
     /// The store could not answer: refuse (default) or forward unprotected, marked.
     async fn store_failed(self, error: StoreError) -> Handled {
         tracing::warn!(error = %error, "idempotency store unavailable");
         match self.on_store_error {
-            OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::store_error),
+            OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::StoreError),
             OnStoreError::Passthrough => {
-                self.worker.metrics.degraded.inc();
-                let mut handled = self.unprotected(Outcome::store_error).await;
+                self.cx.worker.metrics.degraded.inc();
+                let mut handled = self.unprotected(Outcome::StoreError).await;
                 let headers = handled.response.headers_mut();
                 headers.insert(super::headers::IDEMPOTENCY_DEGRADED, super::headers::TRUE);
                 handled
@@ -312,16 +290,15 @@ impl<'a> Flow<'a> {
     async fn unprotected(self, outcome: Outcome) -> Handled {
         let body = Either::Left(Full::new(self.body.raw().clone()));
         let started = Instant::now();
-        let (worker, format) = (self.worker, &self.format);
-        let (parts, ip, trace) = (self.parts, self.client_ip, self.trace);
-        let response = forward_unprotected(worker, parts, body, ip, format, trace).await;
-        Handled {
-            response,
-            outcome,
+        let (cx, format) = (self.cx, &self.format);
+        let (parts, ip) = (self.parts, self.client_ip);
+        let response = forward_unprotected(&cx.worker, cx.trace(), parts, body, ip, format).await;
+        let handled = Handled {
             key: self.key,
             store_time: self.store_time,
-            upstream_time: Some(started.elapsed()),
-        }
+            ..Handled::answered(response, outcome)
+        };
+        handled.upstream_since(started)
     }
 
     fn refuse(self, p: Problem, outcome: Outcome) -> Handled {
@@ -331,18 +308,15 @@ impl<'a> Flow<'a> {
 
     fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
         Handled {
-            response,
-            outcome,
             key: self.key,
             store_time: self.store_time,
-            upstream_time: None,
+            ..Handled::answered(response, outcome)
         }
     }
 
     /// Run one store round trip, timed for the metrics and the request's log line.
     async fn timed<T>(&mut self, op: StoreOp, round_trip: impl Future<Output = T>) -> T {
-        let metrics = &self.worker.metrics;
-        let (out, took) = metrics.time_store_op(op, self.trace, round_trip).await;
+        let (out, took) = self.cx.store_op(op, round_trip).await;
         self.store_time += took;
         out
     }

@@ -8,16 +8,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::context::RequestContext;
 use super::decide::retry_after_secs;
+use super::outcome::StoreOp;
 use super::Worker;
 use crate::key::StoreKey;
-use crate::metrics::StoreOp;
 use crate::store::record::now_ms;
 use crate::store::{Record, StoredResponse, Token};
-use crate::traces::RequestTrace;
 
 pub struct LeaseHolder {
-    worker: Arc<Worker>,
+    /// The request's context: its store round trips are timed and traced there.
+    cx: RequestContext,
     key: StoreKey,
     record: Record,
     lease: Duration,
@@ -27,33 +28,24 @@ pub struct LeaseHolder {
     /// `on_concurrent: wait` have waiters; for the others the notification (a Redis
     /// `PUBLISH` fanned out to every replica's subscription) would be pure overhead.
     notify: bool,
-    /// The request's spans (traces on): renewals, completion and release are children.
-    trace: Option<Box<RequestTrace>>,
 }
 
 impl LeaseHolder {
     pub fn new(
-        worker: Arc<Worker>,
+        cx: RequestContext,
         key: StoreKey,
         record: Record,
         lease: Duration,
         notify: bool,
-        trace: Option<Box<RequestTrace>>,
     ) -> Self {
         LeaseHolder {
-            worker,
+            cx,
             key,
             record,
             lease,
             owned: true,
             notify,
-            trace,
         }
-    }
-
-    /// The request's spans, when traces are on.
-    pub fn trace(&self) -> Option<&RequestTrace> {
-        self.trace.as_deref()
     }
 
     /// Seconds until the current lease ends (at least 1).
@@ -63,18 +55,14 @@ impl LeaseHolder {
 
     async fn renew(&mut self) {
         let record = self.record.renewed(self.lease);
-        let store = &self.worker.store;
+        let store = &self.cx.worker.store;
         let renewal =
             store.replace_if_owner(&self.key, &self.record.token, &record, self.lease, false);
-        let (result, _) = self
-            .worker
-            .metrics
-            .time_store_op(StoreOp::renew, self.trace.as_deref(), renewal)
-            .await;
+        let (result, _) = self.cx.store_op(StoreOp::Renew, renewal).await;
         match result {
             Ok(true) => {
                 self.record = record;
-                self.worker.metrics.lease_renewals.inc();
+                self.cx.worker.metrics.lease_renewals.inc();
             }
             Ok(false) => {
                 tracing::warn!(key = %self.key, "lease lost to another owner; renewals stop");
@@ -86,15 +74,9 @@ impl LeaseHolder {
 
     /// Delete the reservation (if still ours) so a retry forwards again.
     pub async fn release(&self) {
-        let release = self
-            .worker
-            .store
-            .release_if_owner(&self.key, &self.record.token);
-        let (result, _) = self
-            .worker
-            .metrics
-            .time_store_op(StoreOp::release, self.trace.as_deref(), release)
-            .await;
+        let store = &self.cx.worker.store;
+        let release = store.release_if_owner(&self.key, &self.record.token);
+        let (result, _) = self.cx.store_op(StoreOp::Release, release).await;
         if let Err(e) = result {
             tracing::warn!(key = %self.key, error = %e, "release failed; the lease will expire");
         }
@@ -106,26 +88,22 @@ impl LeaseHolder {
     pub async fn complete(&self, response: StoredResponse, retention: Duration) {
         let record = self.record.completed(response, retention);
         let write = self.write_completion(&record, retention);
-        let (result, _) = self
-            .worker
-            .metrics
-            .time_store_op(StoreOp::complete, self.trace.as_deref(), write)
-            .await;
+        let (result, _) = self.cx.store_op(StoreOp::Complete, write).await;
         match result {
             Ok(true) => {}
             Ok(false) => self.stale(),
             Err(e) => {
                 tracing::warn!(key = %self.key, error = %e, "completion write failed; retrying");
                 let retry = LeaseHolder {
-                    worker: self.worker.clone(),
+                    cx: self.cx.clone(),
                     key: self.key,
                     record: self.record.clone(),
                     lease: self.lease,
                     owned: self.owned,
                     notify: self.notify,
-                    trace: self.trace.clone(),
                 };
-                self.worker
+                self.cx
+                    .worker
                     .tasks
                     .spawn(async move { retry.retry_completion(record, retention).await });
             }
@@ -137,7 +115,8 @@ impl LeaseHolder {
         record: &Record,
         retention: Duration,
     ) -> Result<bool, crate::store::StoreError> {
-        self.worker
+        self.cx
+            .worker
             .store
             .replace_if_owner(
                 &self.key,
@@ -172,7 +151,7 @@ impl LeaseHolder {
     }
 
     fn stale(&self) {
-        self.worker.metrics.stale_completions.inc();
+        self.cx.worker.metrics.stale_completions.inc();
         tracing::warn!(key = %self.key, "completion refused: the lease was taken over by another owner");
     }
 }

@@ -17,27 +17,26 @@ use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
 use super::body::{full, stream, ChannelBody, ProxyBody, UpstreamBody};
+use super::context::RequestContext;
+use super::exchange;
 use super::forward::upstream_request;
-use super::headers::strip_hop_by_hop;
-use super::idempotency::{protect_read, Handled, Inbound};
+use super::idempotency::{protect_read, Inbound};
 use super::intent::read_body;
-use super::mcp_answer::is_event_stream;
-use super::problem::{self, Problem};
-use super::Worker;
+use super::outcome::Outcome;
+use super::problem::{self, ProblemFormat};
+use super::{Handled, Worker};
 use crate::body::BodyView;
-use crate::mcp::sse::Events;
+use crate::mcp::sse::{is_event_stream, EventSplitter};
 use crate::mcp::{classify, hint, tools_list, HeaderHint, McpRoute, Message};
-use crate::metrics::Outcome;
-use crate::traces::RequestTrace;
-use crate::upstream::{ResponseBody, Sent};
+use crate::upstream::ResponseBody;
 
 pub async fn handle(
-    worker: &Arc<Worker>,
+    cx: &RequestContext,
     route: &Arc<McpRoute>,
     inbound: Inbound,
     body: Incoming,
-    trace: Option<&RequestTrace>,
 ) -> Handled {
+    let worker = &*cx.worker;
     match hint(&inbound.parts.method, &inbound.parts.headers, route) {
         HeaderHint::Pass => return pass(worker, None, inbound, Either::Right(body)).await,
         HeaderHint::ToolsList => {
@@ -49,11 +48,11 @@ pub async fn handle(
     let read = read_body(body, &inbound.parts.headers, limit, worker.upstream.timeout).await;
     let view = match read {
         Ok(raw) => BodyView::new(raw),
-        Err(p) => return refused(p),
+        Err(p) => return Handled::answered(p.into_response(), Outcome::Rejected),
     };
     let raw = Either::Left(Full::new(view.raw().clone()));
     match classify(&view, &inbound.parts.headers, route) {
-        Message::ToolCall(call) => protect_read(worker, inbound, view, Some(call), trace).await,
+        Message::ToolCall(call) => protect_read(cx, inbound, view, Some(call)).await,
         Message::ToolsList => pass(worker, Some(route), inbound, raw).await,
         Message::Other => pass(worker, None, inbound, raw).await,
     }
@@ -70,38 +69,17 @@ async fn pass(
     let url = &worker.upstream.url;
     let request = upstream_request(url, inbound.parts, body, inbound.client_ip, None);
     let limit = inbound.policy.max_response_bytes;
-    let response = match worker.client.send(request, worker.upstream.timeout).await {
-        Sent::Answered(response) => {
-            let (mut parts, body) = response.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            let response = Response::from_parts(parts, body);
-            match amend {
-                Some(route) if response.status().is_success() => {
-                    amended(worker, route.clone(), response, limit).await
-                }
-                _ => response.map(stream),
+    let format = ProblemFormat::default();
+    let response = match exchange::forward(worker, None, request, &format).await {
+        Ok(response) => match amend {
+            Some(route) if response.status().is_success() => {
+                amended(worker, route.clone(), response, limit).await
             }
-        }
-        Sent::NotSent(_) => problem::upstream_unavailable().into_response(),
-        Sent::Ambiguous(_) => problem::upstream_timeout(None).into_response(),
+            _ => response.map(stream),
+        },
+        Err(problem) => problem,
     };
-    Handled {
-        response,
-        outcome: Outcome::passthrough,
-        key: None,
-        store_time: std::time::Duration::ZERO,
-        upstream_time: Some(started.elapsed()),
-    }
-}
-
-fn refused(p: Problem) -> Handled {
-    Handled {
-        response: p.into_response(),
-        outcome: Outcome::rejected,
-        key: None,
-        store_time: std::time::Duration::ZERO,
-        upstream_time: None,
-    }
+    Handled::answered(response, Outcome::Passthrough).upstream_since(started)
 }
 
 /// A `tools/list` answer with the protected tools marked: a JSON answer is read whole
@@ -154,20 +132,16 @@ async fn amend_events(
     tx: Tx,
     finished: Arc<AtomicBool>,
 ) {
-    let mut events = Some(Events::new(usize::MAX));
+    let mut events = Some(EventSplitter::new(usize::MAX));
     loop {
-        let frame = match tokio::time::timeout(timeout, body.frame()).await {
-            Ok(Some(Ok(frame))) => frame,
-            Ok(Some(Err(e))) => {
-                let _ = tx.send(Err(e.into())).await;
-                return;
-            }
-            Err(_) => {
-                let _ = tx.send(Err("upstream event stream stalled".into())).await;
+        let frame = match body.next_frame(timeout).await {
+            Ok(Some(frame)) => frame,
+            Err(reason) => {
+                let _ = tx.send(Err(reason.into())).await;
                 return;
             }
             Ok(None) => {
-                if let Some(last) = events.as_mut().and_then(Events::finish) {
+                if let Some(last) = events.as_mut().and_then(EventSplitter::finish) {
                     let _ = tx
                         .send(Ok(http_body::Frame::data(Bytes::from(last.raw))))
                         .await;
@@ -189,7 +163,10 @@ async fn amend_events(
                 out
             }
             (Some(_), Ok(data)) => {
-                let mut splitter = events.take().map(Events::into_pending).unwrap_or_default();
+                let mut splitter = events
+                    .take()
+                    .map(EventSplitter::into_pending)
+                    .unwrap_or_default();
                 splitter.extend_from_slice(&data);
                 splitter.to_vec()
             }

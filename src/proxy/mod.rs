@@ -6,15 +6,22 @@
 //! 2. **Protect** ([`idempotency`]): read the body (bounded, 413), derive key, scope,
 //!    fingerprint and credential hash, then reserve the key in the store.
 //! 3. **Loser** → replay ([`replay`]), 403, 422, 409 (+ `Retry-After`), or wait.
-//! 4. **Winner** → [`execute`]: a detached task forwards once ([`forward`]) with the key
-//!    passed on, renews the lease ([`lease`]), streams the response while capturing it
+//! 4. **Winner** → [`execute`]: a detached task forwards once with the key passed on,
+//!    renews the lease ([`lease`]), streams the response while capturing it
 //!    ([`capture`], [`outbound`]), and records the outcome before releasing its end.
 //! 5. Every proxy-made error is a [`problem`] (`application/problem+json`).
+//!
+//! Every call to the upstream, protected or not, is one [`exchange`]; what a duplicate
+//! does and what an ended exchange does to the reservation are the two pure functions
+//! of [`decide`]. A protected request's spans and store timings travel in its
+//! [`RequestContext`].
 
 mod body;
 mod capture;
+mod context;
 mod control;
 mod decide;
+mod exchange;
 mod execute;
 pub mod forward;
 pub mod headers;
@@ -22,8 +29,8 @@ mod idempotency;
 mod intent;
 mod lease;
 mod mcp;
-mod mcp_answer;
 mod outbound;
+mod outcome;
 pub mod problem;
 mod replay;
 mod request_id;
@@ -31,7 +38,7 @@ mod request_id;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http::{request, Request, Response};
@@ -42,13 +49,16 @@ use tokio_util::task::TaskTracker;
 pub use body::{BoxError, ProxyBody, UpstreamBody};
 use problem::ProblemFormat;
 
+pub use context::RequestContext;
 pub use control::{Control, Reloadable};
+pub use outcome::{Outcome, StoreOp};
 
 use crate::config::{DefaultAction, UpstreamConfig};
+use crate::key::StoreKey;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::traces::{RequestTrace, Traces};
-use crate::upstream::{Sent, UpstreamClient};
+use crate::upstream::UpstreamClient;
 
 /// One worker's proxy state: its copy of the reloadable configuration, its store
 /// handle, upstream connections and detached calls; the metrics are shared by every
@@ -101,7 +111,7 @@ impl Proxy {
                 DefaultAction::Passthrough => {
                     let body = Either::Right(body);
                     let format = ProblemFormat::default();
-                    forward_unprotected(&self.worker, parts, body, client_ip, &format, None).await
+                    forward_unprotected(&self.worker, None, parts, body, client_ip, &format).await
                 }
                 DefaultAction::Reject => {
                     problem::no_route(parts.method.as_str(), parts.uri.path()).into_response()
@@ -133,13 +143,13 @@ impl Proxy {
             client_ip,
             on_store_error: current.on_store_error,
         };
-        let traced = trace.as_deref();
+        let cx = RequestContext::new(self.worker.clone(), trace);
         let handled = match &policy.mcp {
-            None => Box::pin(idempotency::protect(&self.worker, inbound, body, traced)).await,
+            None => Box::pin(idempotency::protect(&cx, inbound, body)).await,
             // An MCP endpoint: only its protected `tools/call` go through the flow.
-            Some(route) => Box::pin(mcp::handle(&self.worker, route, inbound, body, traced)).await,
+            Some(route) => Box::pin(mcp::handle(&cx, route, inbound, body)).await,
         };
-        if let Some(trace) = &trace {
+        if let Some(trace) = cx.trace() {
             let status = handled.response.status().as_u16();
             trace.finish(handled.outcome, status, handled.key.as_ref());
         }
@@ -163,34 +173,49 @@ impl Proxy {
     }
 }
 
+/// What the pipeline needs to answer and log one matched request.
+pub struct Handled {
+    pub response: Response<ProxyBody>,
+    pub outcome: Outcome,
+    pub key: Option<StoreKey>,
+    /// Time spent in store round trips.
+    pub store_time: Duration,
+    /// Time until the upstream answered (when it was called).
+    pub upstream_time: Option<Duration>,
+}
+
+impl Handled {
+    /// Answered without the upstream and without the store.
+    pub fn answered(response: Response<ProxyBody>, outcome: Outcome) -> Handled {
+        Handled {
+            response,
+            outcome,
+            key: None,
+            store_time: Duration::ZERO,
+            upstream_time: None,
+        }
+    }
+
+    /// The upstream was called at `started`.
+    pub fn upstream_since(mut self, started: Instant) -> Handled {
+        self.upstream_time = Some(started.elapsed());
+        self
+    }
+}
+
 /// Forward without idempotency (unmatched routes, `require_key: false` without a key,
-/// or a degraded store). The body streams through untouched.
+/// or a degraded store). The body streams through untouched, both ways.
 async fn forward_unprotected(
     worker: &Worker,
+    trace: Option<&RequestTrace>,
     parts: request::Parts,
     body: body::UpstreamBody,
     client_ip: Option<IpAddr>,
     format: &ProblemFormat,
-    trace: Option<&RequestTrace>,
 ) -> Response<ProxyBody> {
-    let mut request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
-    let span = trace.and_then(|t| t.upstream(&mut request)).map(Box::new);
-    let sent = worker.client.send(request, worker.upstream.timeout).await;
-    if let Some(span) = span {
-        let status = match &sent {
-            Sent::Answered(response) => Some(response.status().as_u16()),
-            _ => None,
-        };
-        let failure = status.is_none().then_some("upstream not answered");
-        crate::traces::request::end_upstream(*span, status, failure);
-    }
-    match sent {
-        Sent::Answered(response) => {
-            let (mut parts, body) = response.into_parts();
-            headers::strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body::stream(body))
-        }
-        Sent::NotSent(_) => format.respond(problem::upstream_unavailable()),
-        Sent::Ambiguous(_) => format.respond(problem::upstream_timeout(None)),
+    let request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
+    match exchange::forward(worker, trace, request, format).await {
+        Ok(response) => response.map(body::stream),
+        Err(problem) => problem,
     }
 }

@@ -2,10 +2,9 @@
 //! `traceparent`, or the root of a new trace), children for each store operation and
 //! the upstream call, and the link from a replay to the execution it replays.
 //!
-//! Made only when traces are on: the pipeline holds an `Option<&RequestTrace>` (in
-//! `Proxy::handle`, in the protected flow as `Flow::trace`, in the detached call as
-//! `Call::trace` and the lease holder's); the latency histograms take their exemplar
-//! from it ([`RequestTrace::exemplar`]).
+//! Made only when traces are on: the pipeline carries it in the request's context
+//! (`proxy::RequestContext`), from the flow to the detached call and its lease; the
+//! latency histograms take their exemplar from it ([`RequestTrace::exemplar`]).
 
 use std::fmt;
 
@@ -22,7 +21,7 @@ use opentelemetry_sdk::trace::Span;
 use super::Traces;
 use crate::config::RoutePolicy;
 use crate::key::StoreKey;
-use crate::metrics::{Outcome, StoreOp};
+use crate::proxy::{Outcome, StoreOp};
 
 /// The trace and span of the execution that produced a record, kept in the record so a
 /// replay's span can link to it. Written as `<32 hex>-<16 hex>`.
@@ -77,11 +76,11 @@ impl RequestTrace {
 
     /// This request's trace id for a latency histogram's exemplar; `None` when not
     /// sampled, since an exemplar pointing at a trace nobody exported is a dead link.
-    pub fn exemplar(&self) -> Option<crate::metrics::TraceId> {
+    pub fn exemplar(&self) -> Option<u128> {
         let span = self.cx.span();
         let cx = span.span_context();
         let id = u128::from_be_bytes(cx.trace_id().to_bytes());
-        cx.is_sampled().then_some(crate::metrics::TraceId(id))
+        cx.is_sampled().then_some(id)
     }
 
     /// What a record produced by this request keeps: `None` when the span is not
@@ -163,11 +162,11 @@ impl RequestTrace {
             return None;
         }
         let name = match op {
-            StoreOp::reserve => "idem.store reserve",
-            StoreOp::renew => "idem.store renew",
-            StoreOp::complete => "idem.store complete",
-            StoreOp::release => "idem.store release",
-            StoreOp::takeover => "idem.store takeover",
+            StoreOp::Reserve => "idem.store reserve",
+            StoreOp::Renew => "idem.store renew",
+            StoreOp::Complete => "idem.store complete",
+            StoreOp::Release => "idem.store release",
+            StoreOp::Takeover => "idem.store takeover",
         };
         let tracer = &self.traces.tracer;
         let span = tracer

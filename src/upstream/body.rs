@@ -6,6 +6,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -34,6 +35,18 @@ impl ResponseBody {
             body,
             conn: Some(conn),
             pool,
+        }
+    }
+
+    /// The next frame, waiting at most `timeout` for it: the one read loop of every
+    /// exchange (a stalled or broken body is a reason the outcome is unknown).
+    pub async fn next_frame(&mut self, timeout: Duration) -> Result<Option<Frame<Bytes>>, String> {
+        use http_body_util::BodyExt;
+        match tokio::time::timeout(timeout, self.frame()).await {
+            Err(_) => Err(format!("response body stalled for {timeout:?}")),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(e))) => Err(format!("response body failed: {e}")),
+            Ok(Some(Ok(frame))) => Ok(Some(frame)),
         }
     }
 

@@ -1,0 +1,183 @@
+//! The one exchange with the upstream: every call idem makes (an unprotected forward, a
+//! protected execution, an MCP `tools/call`, a reconciliation lookup) goes through
+//! here. Sending and classifying what happened ([`Sent`]), the upstream span, the frame
+//! loop with its timeout, and the capture of what is recorded live in this module; what
+//! the call's *answer* is comes from an [`Answer`] extractor:
+//! - [`StatusAnswer`] (plain HTTP): the response's status is the outcome;
+//! - [`McpAnswer`]: the final JSON-RPC message for the call's id, from a JSON answer or
+//!   picked out of an event stream.
+//!
+//! What becomes of the reservation afterwards is not decided here: the caller passes
+//! the [`Exchanged`] outcome to [`super::decide::settle`].
+
+mod mcp;
+mod plain;
+
+pub use mcp::McpAnswer;
+pub use plain::StatusAnswer;
+
+use bytes::Bytes;
+use http::{response, Request, Response};
+use http_body::{Body, SizeHint};
+use opentelemetry_sdk::trace::Span;
+
+use super::body::{ProxyBody, UpstreamBody};
+use super::context::RequestContext;
+use super::decide::Exchanged;
+use super::headers::strip_hop_by_hop;
+use super::outbound::Outbound;
+use super::problem::{self, ProblemFormat};
+use super::Worker;
+use crate::store::StoredResponse;
+use crate::traces::request::end_upstream;
+use crate::traces::RequestTrace;
+use crate::upstream::{ResponseBody, Sent};
+
+/// What a call's answer is, read off the response as it streams to the caller.
+pub trait Answer {
+    /// The response head arrived (hop-by-hop headers already stripped).
+    fn head(&mut self, head: &response::Parts, size: SizeHint);
+    /// A data frame, before it goes on: `true` when it completes the answer (the frame
+    /// is then held until the record is written, and the rest is not read).
+    fn data(&mut self, data: &Bytes) -> bool;
+    /// The body ended, or a frame completed the answer: the outcome and the response to
+    /// record if the route stores it. `Err`: the answer is missing, the outcome unknown.
+    fn finish(self) -> Result<(Exchanged, Option<StoredResponse>), String>;
+}
+
+/// How an exchange with the upstream ended.
+pub struct Ended {
+    pub exchanged: Exchanged,
+    /// Why the outcome is unknown or nothing was sent (logged; ends the caller's body).
+    pub reason: String,
+    /// The response to record, when the route may store it.
+    pub stored: Option<StoredResponse>,
+    /// The caller's side: its end (and the head, if nothing went out yet) still held.
+    pub out: Outbound,
+}
+
+/// The upstream call's client span (traces on and sampled), ended in one place.
+struct UpstreamSpan(Option<Box<Span>>);
+
+impl UpstreamSpan {
+    /// Start the span and pass its context on in `request`'s `traceparent`.
+    fn start(trace: Option<&RequestTrace>, request: &mut Request<UpstreamBody>) -> Self {
+        UpstreamSpan(trace.and_then(|t| t.upstream(request)).map(Box::new))
+    }
+
+    fn end(self, status: Option<u16>, failure: Option<&str>) {
+        if let Some(span) = self.0 {
+            end_upstream(*span, status, failure);
+        }
+    }
+}
+
+/// Send `request` and wait for its head, in the upstream span; classify what happened.
+async fn send(
+    worker: &Worker,
+    trace: Option<&RequestTrace>,
+    mut request: Request<UpstreamBody>,
+) -> (Sent, UpstreamSpan) {
+    let span = UpstreamSpan::start(trace, &mut request);
+    let sent = worker.client.send(request, worker.upstream.timeout).await;
+    (sent, span)
+}
+
+/// Forward without idempotency: the answer's head, its body left to stream, or the
+/// problem to answer with (502 nothing sent, 504 outcome unknown).
+pub async fn forward(
+    worker: &Worker,
+    trace: Option<&RequestTrace>,
+    request: Request<UpstreamBody>,
+    format: &ProblemFormat,
+) -> Result<Response<ResponseBody>, Response<ProxyBody>> {
+    let (sent, span) = send(worker, trace, request).await;
+    match sent {
+        Sent::Answered(mut response) => {
+            span.end(Some(response.status().as_u16()), None);
+            strip_hop_by_hop(response.headers_mut());
+            Ok(response)
+        }
+        Sent::NotSent(e) => {
+            span.end(None, Some(&e.to_string()));
+            Err(format.respond(problem::upstream_unavailable()))
+        }
+        Sent::Ambiguous(reason) => {
+            span.end(None, Some(&reason));
+            Err(format.respond(problem::upstream_timeout(None)))
+        }
+    }
+}
+
+/// Execute `request`: stream the answer to `out` as it comes (holding its end), and
+/// read what `answer` extracts from it. The span covers the head and the body.
+pub async fn execute<A: Answer>(
+    cx: &RequestContext,
+    request: Request<UpstreamBody>,
+    answer: A,
+    out: Outbound,
+) -> Ended {
+    let worker = &*cx.worker;
+    let (sent, span) = send(worker, cx.trace(), request).await;
+    let (ended, status) = match sent {
+        Sent::NotSent(e) => (
+            Ended::unanswered(Exchanged::NotSent, e.to_string(), out),
+            None,
+        ),
+        Sent::Ambiguous(reason) => (Ended::unanswered(Exchanged::Ambiguous, reason, out), None),
+        Sent::Answered(response) => {
+            let status = response.status().as_u16();
+            let timeout = worker.upstream.timeout;
+            (pump(response, answer, out, timeout).await, Some(status))
+        }
+    };
+    let failure = (!ended.reason.is_empty()).then_some(ended.reason.as_str());
+    span.end(status, failure);
+    ended
+}
+
+/// Pass the answer's frames on as they come, until its end or the frame completing it.
+async fn pump<A: Answer>(
+    response: Response<ResponseBody>,
+    mut answer: A,
+    mut out: Outbound,
+    timeout: std::time::Duration,
+) -> Ended {
+    let (mut parts, mut body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    answer.head(&parts, body.size_hint());
+    out.set_head(Response::from_parts(parts, ()), body.size_hint());
+    loop {
+        match body.next_frame(timeout).await {
+            Err(reason) => return Ended::unanswered(Exchanged::Ambiguous, reason, out),
+            Ok(None) => break,
+            Ok(Some(frame)) => {
+                if frame.data_ref().is_some_and(|data| answer.data(data)) {
+                    out.hold(frame);
+                    break;
+                }
+                out.push(frame).await;
+            }
+        }
+    }
+    match answer.finish() {
+        Err(reason) => Ended::unanswered(Exchanged::Ambiguous, reason, out),
+        Ok((exchanged, stored)) => Ended {
+            exchanged,
+            reason: String::new(),
+            stored,
+            out,
+        },
+    }
+}
+
+impl Ended {
+    fn unanswered(exchanged: Exchanged, reason: String, out: Outbound) -> Ended {
+        Ended {
+            exchanged,
+            reason,
+            stored: None,
+            out,
+        }
+    }
+}
