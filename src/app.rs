@@ -3,13 +3,14 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
-use crate::config::Config;
+use crate::config::{Config, StoreConfig};
 use crate::proxy::Control;
 use crate::store::{SharedStore, StoreError};
 use crate::{traces, workers};
@@ -76,11 +77,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         stores,
         token: config.admin.token.clone(),
         draining: Default::default(),
-        store_timeout: config
-            .store
-            .redis
-            .op_timeout
-            .max(std::time::Duration::from_millis(250)),
+        store_timeout: readiness_timeout(&config.store),
     });
     // The admin listener outlives the drain, so probes see "draining" (not a refused
     // connection) and metrics stay scrapeable until the end.
@@ -109,6 +106,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         done,
         exporter,
     })
+}
+
+/// How long `/readyz` waits for the store's ping: the backend's own `op_timeout`, and at
+/// least 250 ms so a probe does not flap on a busy node.
+pub fn readiness_timeout(store: &StoreConfig) -> Duration {
+    store
+        .op_timeout()
+        .unwrap_or_default()
+        .max(Duration::from_millis(250))
 }
 
 impl Running {

@@ -136,16 +136,16 @@ async fn migrate(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    if config.store.backend != idem::config::Backend::Postgres {
+    let idem::config::StoreBackend::Postgres(pg) = &config.store.backend else {
         eprintln!(
             "idem: migrate creates the PostgreSQL table; {} has store.backend: {} (nothing to do)",
             path.display(),
-            config.store.backend
+            config.store.backend_name()
         );
         return ExitCode::from(EX_USAGE);
-    }
-    let table = &config.store.postgres.table;
-    match idem::store::postgres::migrate(&config.store.postgres).await {
+    };
+    let table = &pg.table;
+    match idem::store::postgres::migrate(pg).await {
         Ok(()) => {
             println!("table {table} ready");
             ExitCode::SUCCESS

@@ -134,7 +134,7 @@ impl Worker {
             }
         };
         runtime.block_on(async move {
-            let store = self.shared.for_worker(&self.config.store).await;
+            let store = self.shared.for_worker().await;
             let store = store.map_err(StartError::from);
             let mine = store.as_ref().ok().cloned();
             let _ = store_tx.send(store);

@@ -6,8 +6,8 @@
 use std::fmt;
 
 use super::{
-    Backend, DefaultAction, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure, OnStoreError,
-    RedisMode,
+    BackendName, DefaultAction, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure, OnStoreError,
+    RedisModeName,
 };
 
 /// An enum setting written as one of a fixed set of words.
@@ -51,15 +51,15 @@ macro_rules! choices {
 }
 
 choices! {
-    Backend {
-        "memory" => Backend::Memory,
-        "redis" => Backend::Redis,
-        "postgres" => Backend::Postgres,
+    BackendName {
+        "memory" => BackendName::Memory,
+        "redis" => BackendName::Redis,
+        "postgres" => BackendName::Postgres,
     }
-    RedisMode {
-        "standalone" => RedisMode::Standalone,
-        "cluster" => RedisMode::Cluster,
-        "sentinel" => RedisMode::Sentinel,
+    RedisModeName {
+        "standalone" => RedisModeName::Standalone,
+        "cluster" => RedisModeName::Cluster,
+        "sentinel" => RedisModeName::Sentinel,
     }
     OnStoreError { "reject" => OnStoreError::Reject, "passthrough" => OnStoreError::Passthrough }
     DefaultAction {
@@ -91,6 +91,6 @@ mod tests {
             OnConcurrent::from_name("wiat").unwrap_err(),
             "invalid value \"wiat\"; valid values: conflict, wait"
         );
-        assert!(RedisMode::from_name("Cluster").is_err());
+        assert!(RedisModeName::from_name("Cluster").is_err());
     }
 }

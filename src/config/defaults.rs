@@ -12,9 +12,9 @@ use std::time::Duration;
 use http::{HeaderName, Method, Uri};
 
 use super::{
-    AdminConfig, Backend, BodyFingerprint, Config, DefaultAction, FingerprintSpec, KeyFormat,
-    OnAmbiguous, OnConcurrent, OnFailure, OnStoreError, PostgresConfig, RedisConfig, RedisMode,
-    RoutePolicy, ServerConfig, StatusSet, StoreConfig, UpstreamConfig,
+    AdminConfig, BodyFingerprint, Config, DefaultAction, FingerprintSpec, KeyFormat, OnAmbiguous,
+    OnConcurrent, OnFailure, OnStoreError, PostgresConfig, RedisConfig, RedisMode, RoutePolicy,
+    ServerConfig, StatusSet, StoreBackend, StoreConfig, UpstreamConfig,
 };
 use crate::path::PathTemplate;
 use crate::template::Template;
@@ -59,13 +59,18 @@ impl Default for AdminConfig {
     }
 }
 
+/// `store.redis.url` when unset.
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+/// `store.redis.sentinel_master` when unset.
+pub const SENTINEL_MASTER: &str = "mymaster";
+
 impl Default for RedisConfig {
+    /// Standalone, on the default URL.
     fn default() -> Self {
         RedisConfig {
-            url: "redis://127.0.0.1:6379/0".to_string(),
-            mode: RedisMode::Standalone,
-            nodes: Vec::new(),
-            sentinel_master: "mymaster".to_string(),
+            mode: RedisMode::Standalone {
+                url: REDIS_URL.to_string(),
+            },
             key_prefix: "idem:".to_string(),
             op_timeout: Duration::from_millis(250),
             wait_replicas: 0,
@@ -88,9 +93,7 @@ impl Default for PostgresConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
-            backend: Backend::Memory,
-            redis: RedisConfig::default(),
-            postgres: PostgresConfig::default(),
+            backend: StoreBackend::Memory,
             on_error: OnStoreError::Reject,
         }
     }

@@ -125,30 +125,88 @@ pub struct UpstreamConfig {
 
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    pub backend: Backend,
-    pub redis: RedisConfig,
-    pub postgres: PostgresConfig,
+    pub backend: StoreBackend,
     pub on_error: OnStoreError,
 }
 
+/// `store.backend` with that backend's own settings, and only those: a PostgreSQL or
+/// memory store has no Redis timeout to be read by mistake.
+#[derive(Debug, Clone)]
+pub enum StoreBackend {
+    /// One replica's own store (the embedded default).
+    Memory,
+    Redis(RedisConfig),
+    Postgres(PostgresConfig),
+}
+
+impl StoreConfig {
+    /// The bound on one store round trip: the backend's own `op_timeout`; `None` for
+    /// the memory store, which answers in microseconds.
+    pub fn op_timeout(&self) -> Option<Duration> {
+        match &self.backend {
+            StoreBackend::Memory => None,
+            StoreBackend::Redis(redis) => Some(redis.op_timeout),
+            StoreBackend::Postgres(postgres) => Some(postgres.op_timeout),
+        }
+    }
+
+    /// The backend's name, as `store.backend` spells it.
+    pub fn backend_name(&self) -> BackendName {
+        match &self.backend {
+            StoreBackend::Memory => BackendName::Memory,
+            StoreBackend::Redis(_) => BackendName::Redis,
+            StoreBackend::Postgres(_) => BackendName::Postgres,
+        }
+    }
+}
+
+impl RedisMode {
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, RedisMode::Cluster { .. })
+    }
+}
+
+/// The spelling of `store.backend` (parsing and printing only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum BackendName {
     Memory,
     Redis,
     Postgres,
 }
 
+/// `store.redis`: the settings every mode shares, and the mode's own.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    pub url: String,
     pub mode: RedisMode,
-    pub nodes: Vec<String>,
-    pub sentinel_master: String,
     pub key_prefix: String,
     pub op_timeout: Duration,
     pub wait_replicas: u32,
     /// PEM file of CAs trusted for `rediss://` instead of the system store (`tls.ca_file`).
     pub tls_ca_file: Option<std::path::PathBuf>,
+}
+
+/// How Redis is reached, with each mode's own addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server at `url` (`rediss://` for TLS, `user:password@` for ACL).
+    Standalone { url: String },
+    /// A Cluster discovered from its seed nodes (each URL carries the credentials).
+    Cluster { nodes: Vec<String> },
+    /// The master named `master`, as its `sentinels` report it; `url` gives everything
+    /// of the master's connection but its address (credentials, database, TLS).
+    Sentinel {
+        url: String,
+        sentinels: Vec<String>,
+        master: String,
+    },
+}
+
+/// The spelling of `store.redis.mode` (parsing and printing only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisModeName {
+    Standalone,
+    Cluster,
+    Sentinel,
 }
 
 /// `store.postgres`: durable reservations in one table (see `store::postgres`).
@@ -161,13 +219,6 @@ pub struct PostgresConfig {
     /// Connections across all worker threads (each worker gets its share, at least 1).
     pub pool_size: usize,
     pub op_timeout: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisMode {
-    Standalone,
-    Cluster,
-    Sentinel,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

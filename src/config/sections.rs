@@ -13,7 +13,8 @@ use super::walk::{At, Fields, Walker};
 use super::yaml::Node;
 use super::UpstreamConfig;
 use super::{
-    AdminConfig, Backend, PostgresConfig, RedisConfig, RedisMode, ServerConfig, StoreConfig,
+    defaults, AdminConfig, BackendName, PostgresConfig, RedisConfig, RedisMode, RedisModeName,
+    ServerConfig, StoreBackend, StoreConfig,
 };
 
 /// Parse an `IP:port` listen address.
@@ -184,14 +185,22 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     let mut cfg = StoreConfig::default();
     let Some(node) = node else { return cfg };
     let f = w.fields(node, "store", &["backend", "redis", "postgres", "on_error"]);
-    set(&mut cfg.backend, w.choice(&f, "backend").map(|a| a.value));
+    let mut backend = BackendName::Memory;
+    set(&mut backend, w.choice(&f, "backend").map(|a| a.value));
     set(&mut cfg.on_error, w.choice(&f, "on_error").map(|a| a.value));
-    if let Some(redis_node) = f.get("redis") {
-        cfg.redis = redis(w, redis_node, cfg.backend == Backend::Redis);
-    }
-    if let Some(pg_node) = f.get("postgres") {
-        cfg.postgres = postgres(w, pg_node, cfg.backend == Backend::Postgres);
-    }
+    // A section of another backend is still checked for its shape (a typo is an error)
+    // but its values are not used.
+    let redis = f
+        .get("redis")
+        .map(|n| redis(w, n, backend == BackendName::Redis));
+    let pg = f
+        .get("postgres")
+        .map(|n| postgres(w, n, backend == BackendName::Postgres));
+    cfg.backend = match backend {
+        BackendName::Memory => StoreBackend::Memory,
+        BackendName::Redis => StoreBackend::Redis(redis.unwrap_or_default()),
+        BackendName::Postgres => StoreBackend::Postgres(pg.unwrap_or_default()),
+    };
     cfg
 }
 
@@ -249,18 +258,22 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
         }
         Ok(text.to_string())
     };
-    set(&mut cfg.url, w.field(&f, "url", check).map(|a| a.value));
+    let mut url = defaults::REDIS_URL.to_string();
+    set(&mut url, w.field(&f, "url", check).map(|a| a.value));
     let mode = w.choice(&f, "mode");
-    set(&mut cfg.mode, mode.as_ref().map(|a| a.value));
-    if let Some(nodes) = f.get("nodes") {
-        for (path, item) in w.list(nodes, "store.redis.nodes") {
+    let mut mode_name = RedisModeName::Standalone;
+    set(&mut mode_name, mode.as_ref().map(|a| a.value));
+    let mut nodes = Vec::new();
+    if let Some(list) = f.get("nodes") {
+        for (path, item) in w.list(list, "store.redis.nodes") {
             if let Some(url) = w.parsed(item, &path, check) {
-                cfg.nodes.push(url.value);
+                nodes.push(url.value);
             }
         }
     }
+    let mut master = defaults::SENTINEL_MASTER.to_string();
     set(
-        &mut cfg.sentinel_master,
+        &mut master,
         w.string(&f, "sentinel_master").map(|a| a.value),
     );
     set(
@@ -280,7 +293,8 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
         }
     }
     let prefix = &cfg.key_prefix;
-    if in_use && cfg.mode == RedisMode::Cluster && (prefix.contains('{') || prefix.contains('}')) {
+    let cluster = mode_name == RedisModeName::Cluster;
+    if in_use && cluster && (prefix.contains('{') || prefix.contains('}')) {
         w.error(
             node.pos,
             "store.redis.key_prefix",
@@ -288,9 +302,9 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
              hash tag so that a record and its wake-up channel share one slot",
         );
     }
-    if in_use && cfg.mode != RedisMode::Standalone && cfg.nodes.is_empty() {
-        let what = match cfg.mode {
-            RedisMode::Cluster => "cluster mode needs its seed nodes",
+    if in_use && mode_name != RedisModeName::Standalone && nodes.is_empty() {
+        let what = match mode_name {
+            RedisModeName::Cluster => "cluster mode needs its seed nodes",
             _ => "sentinel mode needs the sentinels' addresses",
         };
         let pos = mode.map_or(node.pos, |m| m.pos);
@@ -300,6 +314,15 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
             format!("{what}, e.g. nodes: [\"redis://10.0.0.1:6379\"]"),
         );
     }
+    cfg.mode = match mode_name {
+        RedisModeName::Standalone => RedisMode::Standalone { url },
+        RedisModeName::Cluster => RedisMode::Cluster { nodes },
+        RedisModeName::Sentinel => RedisMode::Sentinel {
+            url,
+            sentinels: nodes,
+            master,
+        },
+    };
     cfg
 }
 

@@ -5,7 +5,7 @@
 //! route derives and what happens to a duplicate.
 
 use super::units::format_duration;
-use super::{Backend, Config, OnConcurrent, RedisMode, RoutePolicy};
+use super::{Config, OnConcurrent, RedisMode, RoutePolicy, StoreBackend};
 
 const HEADERS: [&str; 9] = [
     "ROUTE",
@@ -22,18 +22,15 @@ const HEADERS: [&str; 9] = [
 impl Config {
     /// The store in a few words: for Redis the mode and where, never the credentials.
     fn store_summary(&self) -> String {
-        if self.store.backend != Backend::Redis {
-            return self.store.backend.to_string();
-        }
-        let r = &self.store.redis;
-        let mut out = match r.mode {
-            RedisMode::Standalone => format!("redis {}", redis_address(&r.url)),
-            RedisMode::Cluster => format!("redis cluster ({} seed nodes)", r.nodes.len()),
-            RedisMode::Sentinel => format!(
-                "redis sentinel {:?} ({} sentinels)",
-                r.sentinel_master,
-                r.nodes.len()
-            ),
+        let StoreBackend::Redis(r) = &self.store.backend else {
+            return self.store.backend_name().to_string();
+        };
+        let mut out = match &r.mode {
+            RedisMode::Standalone { url } => format!("redis {}", redis_address(url)),
+            RedisMode::Cluster { nodes } => format!("redis cluster ({} seed nodes)", nodes.len()),
+            RedisMode::Sentinel {
+                sentinels, master, ..
+            } => format!("redis sentinel {master:?} ({} sentinels)", sentinels.len()),
         };
         if r.wait_replicas > 0 {
             out.push_str(&format!(" wait_replicas {}", r.wait_replicas));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::postgres::{self, PostgresStore};
 use super::redis::{Events, RedisStore};
 use super::{memory::MemoryStore, Store, StoreError};
-use crate::config::{Backend, StoreConfig};
+use crate::config::{RedisConfig, StoreBackend, StoreConfig};
 
 /// Records the memory store keeps before evicting the soonest-expiring completed one.
 pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
@@ -17,7 +17,8 @@ pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
 #[derive(Clone)]
 pub enum SharedStore {
     Memory(Store),
-    Redis(Events),
+    /// The subscription, and the settings each worker's connections are made with.
+    Redis(Events, Arc<RedisConfig>),
     Postgres(Arc<postgres::Shared>),
 }
 
@@ -26,23 +27,25 @@ impl SharedStore {
     /// reconnect by themselves, so idem starts (unready) even while the store is down.
     /// `workers` share PostgreSQL's `pool_size`.
     pub fn start(cfg: &StoreConfig, workers: usize) -> Result<SharedStore, StoreError> {
-        Ok(match cfg.backend {
-            Backend::Memory => {
+        Ok(match &cfg.backend {
+            StoreBackend::Memory => {
                 SharedStore::Memory(Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)))
             }
-            Backend::Redis => SharedStore::Redis(RedisStore::subscribe(&cfg.redis)?),
-            Backend::Postgres => {
-                SharedStore::Postgres(postgres::Shared::start(&cfg.postgres, workers)?)
+            StoreBackend::Redis(redis) => {
+                SharedStore::Redis(RedisStore::subscribe(redis)?, Arc::new(redis.clone()))
+            }
+            StoreBackend::Postgres(pg) => {
+                SharedStore::Postgres(postgres::Shared::start(pg, workers)?)
             }
         })
     }
 
     /// A store handle for the calling worker's runtime.
-    pub async fn for_worker(&self, cfg: &StoreConfig) -> Result<Store, StoreError> {
+    pub async fn for_worker(&self) -> Result<Store, StoreError> {
         Ok(match self {
             SharedStore::Memory(store) => store.clone(),
-            SharedStore::Redis(events) => {
-                Store::Redis(RedisStore::connect_sharing(&cfg.redis, events).await?)
+            SharedStore::Redis(events, cfg) => {
+                Store::Redis(RedisStore::connect_sharing(cfg, events).await?)
             }
             SharedStore::Postgres(shared) => {
                 Store::Postgres(PostgresStore::connect_sharing(shared).await?)

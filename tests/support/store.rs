@@ -131,7 +131,9 @@ impl Backend {
 
 pub fn redis_config(url: &str) -> RedisConfig {
     RedisConfig {
-        url: url.to_owned(),
+        mode: RedisMode::Standalone {
+            url: url.to_owned(),
+        },
         op_timeout: OP_TIMEOUT,
         ..RedisConfig::default()
     }
@@ -140,9 +142,11 @@ pub fn redis_config(url: &str) -> RedisConfig {
 /// Sentinel mode over `sentinels`, master `mymaster`.
 pub fn sentinel_config(sentinels: Vec<String>) -> RedisConfig {
     RedisConfig {
-        mode: RedisMode::Sentinel,
-        nodes: sentinels,
-        url: "redis://ignored:0/0".to_owned(),
+        mode: RedisMode::Sentinel {
+            url: "redis://ignored:0/0".to_owned(),
+            sentinels,
+            master: "mymaster".to_owned(),
+        },
         op_timeout: OP_TIMEOUT,
         ..RedisConfig::default()
     }
@@ -151,8 +155,7 @@ pub fn sentinel_config(sentinels: Vec<String>) -> RedisConfig {
 /// Cluster mode over `seeds`.
 pub fn cluster_config(seeds: Vec<String>) -> RedisConfig {
     RedisConfig {
-        mode: RedisMode::Cluster,
-        nodes: seeds,
+        mode: RedisMode::Cluster { nodes: seeds },
         op_timeout: OP_TIMEOUT,
         ..RedisConfig::default()
     }

@@ -15,8 +15,8 @@ fn minimal_file_gets_every_default() {
     assert_eq!(c.server.max_header_bytes, 64 * 1024);
     assert_eq!(c.server.shutdown_grace, Duration::from_secs(25));
     assert_eq!(c.upstream.timeout, Duration::from_secs(30));
-    assert_eq!(c.store.backend, Backend::Memory);
-    assert_eq!(c.store.redis.op_timeout, Duration::from_millis(250));
+    assert!(matches!(c.store.backend, StoreBackend::Memory));
+    assert_eq!(c.store.op_timeout(), None);
     assert_eq!(c.default, DefaultAction::Passthrough);
     assert!(c.routes.is_empty());
     assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
@@ -109,7 +109,12 @@ fn environment_variables_expand_in_values() {
         "{MINIMAL}store:\n  backend: redis\n  redis:\n    url: redis://:${{REDIS_PASSWORD}}@10.0.0.1:6379/0\n\
          admin:\n  token: ${{IDEM_ADMIN_TOKEN:-}}\ndefaults:\n  lease: ${{LEASE:-30s}}\n"
     ));
-    assert_eq!(c.store.redis.url, "redis://:hunter2@10.0.0.1:6379/0");
+    let StoreBackend::Redis(r) = &c.store.backend else {
+        panic!("redis: {:?}", c.store.backend)
+    };
+    let url = "redis://:hunter2@10.0.0.1:6379/0".to_owned();
+    assert_eq!(r.mode, RedisMode::Standalone { url });
+    assert_eq!(r.op_timeout, Duration::from_millis(250));
     assert_eq!(c.admin.token, None, "an empty token is no token");
     assert!(c.warnings.iter().all(|w| !w.contains("hunter2")));
     let e = errors(&format!("{MINIMAL}admin:\n  token: ${{IDEM_TOKEN}}\n"));
@@ -126,10 +131,20 @@ fn every_redis_field_is_read() {
         "    wait_replicas: 1\n",
         "    tls: {ca_file: /etc/idem/ca.pem}\n"
     ));
-    let r = &c.store.redis;
-    assert_eq!(r.mode, RedisMode::Sentinel);
-    assert_eq!(r.nodes.len(), 2);
-    assert_eq!(r.sentinel_master, "payments");
+    let StoreBackend::Redis(r) = &c.store.backend else {
+        panic!("redis: {:?}", c.store.backend)
+    };
+    let RedisMode::Sentinel {
+        url,
+        sentinels,
+        master,
+    } = &r.mode
+    else {
+        panic!("sentinel: {:?}", r.mode)
+    };
+    assert_eq!(url, "rediss://idem:hunter2@ignored/0");
+    assert_eq!(sentinels.len(), 2);
+    assert_eq!(master, "payments");
     assert_eq!(r.wait_replicas, 1);
     assert_eq!(
         r.tls_ca_file.as_deref(),
@@ -147,7 +162,7 @@ fn every_redis_field_is_read() {
 fn for_upstream_is_the_no_config_setup() {
     let c = Config::for_upstream("http://127.0.0.1:3000").unwrap();
     assert_eq!(c.upstream.url.to_string(), "http://127.0.0.1:3000/");
-    assert_eq!(c.store.backend, Backend::Memory);
+    assert!(matches!(c.store.backend, StoreBackend::Memory));
     let r = &c.routes[0];
     assert_eq!(r.name, "default");
     assert_eq!(

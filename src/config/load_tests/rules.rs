@@ -264,13 +264,15 @@ fn postgres_section_is_validated() {
     let c = ok(&pg(
         "    url: postgres://idem:pw@10.0.0.1:5432,10.0.0.2:5432/idem?target_session_attrs=read-write&sslmode=verify-full\n    table: idem_intents\n    pool_size: 4\n    op_timeout: 1s\n",
     ));
-    assert_eq!(c.store.backend, crate::config::Backend::Postgres);
-    assert_eq!(
-        (c.store.postgres.table.as_str(), c.store.postgres.pool_size),
-        ("idem_intents", 4)
-    );
-    assert_eq!(
-        c.store.postgres.op_timeout,
-        std::time::Duration::from_secs(1)
-    );
+    let crate::config::StoreBackend::Postgres(p) = &c.store.backend else {
+        panic!("postgres: {:?}", c.store.backend)
+    };
+    assert_eq!((p.table.as_str(), p.pool_size), ("idem_intents", 4));
+    assert_eq!(p.op_timeout, std::time::Duration::from_secs(1));
+    // The readiness probe waits for PostgreSQL's own bound, not another backend's.
+    let ready = crate::app::readiness_timeout(&c.store);
+    assert_eq!(ready, std::time::Duration::from_secs(1));
+    let memory = ok(MINIMAL);
+    let ready = crate::app::readiness_timeout(&memory.store);
+    assert_eq!(ready, std::time::Duration::from_millis(250));
 }

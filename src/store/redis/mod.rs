@@ -78,9 +78,12 @@ impl RedisStore {
     /// one per process, however many worker threads have a connection of their own.
     pub fn subscribe(cfg: &RedisConfig) -> Result<Events, StoreError> {
         let target = Target::new(cfg)?;
-        let layout = Layout::new(&cfg.key_prefix, cfg.mode == RedisMode::Cluster);
-        let sharded = match cfg.mode {
-            RedisMode::Cluster => Some(target::cluster_builder(cfg, &target::certificates(cfg)?)?),
+        let layout = Layout::new(&cfg.key_prefix, cfg.mode.is_cluster());
+        let sharded = match &cfg.mode {
+            RedisMode::Cluster { nodes } => {
+                let certs = target::certificates(cfg)?;
+                Some(target::cluster_builder(cfg, nodes, &certs)?)
+            }
             _ => None,
         };
         Ok(Events::start(target, sharded, layout, cfg.op_timeout))

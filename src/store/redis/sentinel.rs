@@ -38,17 +38,19 @@ pub(crate) struct Sentinels {
 impl Sentinels {
     pub(super) fn new(
         cfg: &RedisConfig,
+        master_url: &str,
+        sentinels: &[String],
+        master: &str,
         certs: Option<TlsCertificates>,
     ) -> Result<Sentinels, StoreError> {
-        let sentinels = cfg
-            .nodes
+        let sentinels = sentinels
             .iter()
             .map(|url| client(node_info(url)?, &certs))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Sentinels {
             sentinels,
-            master_name: cfg.sentinel_master.clone(),
-            master_info: node_info(&cfg.url)?,
+            master_name: master.to_owned(),
+            master_info: node_info(master_url)?,
             certs,
             op_timeout: cfg.op_timeout.max(Duration::from_millis(500)),
             cached: Mutex::new(None),

@@ -31,14 +31,21 @@ impl Target {
     pub(super) fn new(cfg: &RedisConfig) -> Result<Target, StoreError> {
         crate::tls::install_crypto_provider();
         let certs = certificates(cfg)?;
-        Ok(match cfg.mode {
-            RedisMode::Standalone => Target::Standalone(client(node_info(&cfg.url)?, &certs)?),
-            RedisMode::Cluster => Target::Cluster(
-                cluster_builder(cfg, &certs)?
+        Ok(match &cfg.mode {
+            RedisMode::Standalone { url } => Target::Standalone(client(node_info(url)?, &certs)?),
+            RedisMode::Cluster { nodes } => Target::Cluster(
+                cluster_builder(cfg, nodes, &certs)?
                     .build()
                     .map_err(|e| bad_config("redis cluster nodes", e))?,
             ),
-            RedisMode::Sentinel => Target::Sentinel(Arc::new(Sentinels::new(cfg, certs)?)),
+            RedisMode::Sentinel {
+                url,
+                sentinels,
+                master,
+            } => {
+                let sentinels = Sentinels::new(cfg, url, sentinels, master, certs)?;
+                Target::Sentinel(Arc::new(sentinels))
+            }
         })
     }
 }
@@ -47,10 +54,10 @@ impl Target {
 /// (the subscriber: RESP3 and a push sender).
 pub(super) fn cluster_builder(
     cfg: &RedisConfig,
+    nodes: &[String],
     certs: &Option<TlsCertificates>,
 ) -> Result<ClusterClientBuilder, StoreError> {
-    let nodes = cfg
-        .nodes
+    let nodes = nodes
         .iter()
         .map(|url| node_info(url))
         .collect::<Result<Vec<_>, _>>()?;
