@@ -48,7 +48,11 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
-                Err(_) => continue,
+                // Out of file descriptors (EMFILE) must not spin this loop.
+                Err(e) => {
+                    crate::server::accept_error(e).await;
+                    continue;
+                }
             },
             _ = &mut shutdown => return,
         };

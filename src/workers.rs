@@ -59,7 +59,7 @@ pub async fn start(
         let (store_tx, store_rx) = oneshot::channel();
         let (go_tx, go_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
-        let worker = Worker {
+        let worker = WorkerThread {
             config: config.clone(),
             shared: shared.clone(),
             control: control.clone(),
@@ -106,20 +106,20 @@ pub async fn start(
     })
 }
 
-struct Worker {
+struct WorkerThread {
     config: Config,
     shared: SharedStore,
     control: Control,
     stop: watch::Receiver<bool>,
 }
 
-impl Worker {
+impl WorkerThread {
     /// The worker thread's life: build its runtime and store, hand the store over (the
     /// admin asks every worker's), wait for every worker to have started, build its
     /// proxy, serve until drained.
     fn run(
         self,
-        incoming: server::Incoming,
+        incoming: server::ConnectionInbox,
         store_tx: oneshot::Sender<Result<Store, StartError>>,
         go: oneshot::Receiver<()>,
     ) -> bool {

@@ -38,9 +38,11 @@ mod walk;
 mod yaml;
 
 pub use choice::Choice;
+
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};
 pub use sections::{parse_listen, parse_upstream_url, parse_workers};
+use strum::{Display, EnumString, VariantNames};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 
 use std::net::SocketAddr;
@@ -167,7 +169,8 @@ impl RedisMode {
 }
 
 /// The spelling of `store.backend` (parsing and printing only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum BackendName {
     Memory,
     Redis,
@@ -202,7 +205,8 @@ pub enum RedisMode {
 }
 
 /// The spelling of `store.redis.mode` (parsing and printing only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum RedisModeName {
     Standalone,
     Cluster,
@@ -221,7 +225,8 @@ pub struct PostgresConfig {
     pub op_timeout: Duration,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum OnStoreError {
     /// 503 `store_unavailable` + `Retry-After`.
     Reject,
@@ -229,7 +234,8 @@ pub enum OnStoreError {
     Passthrough,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum DefaultAction {
     Passthrough,
     /// 404 `no_route`.
@@ -323,28 +329,33 @@ impl Default for StatusSet {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum OnConcurrent {
     Conflict,
     Wait,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum OnFailure {
     Replay,
     Retry,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum OnAmbiguous {
     Hold,
     Release,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
 pub enum KeyFormat {
     Plain,
     /// RFC 8941 sf-string: `"key"`, as the IETF draft sends it.
+    #[strum(serialize = "sf-string")]
     SfString,
 }
 

@@ -242,7 +242,7 @@ impl<'e> Walker<'e> {
 fn unknown_field(name: &str, allowed: &[&str]) -> String {
     let closest = allowed
         .iter()
-        .map(|a| (edit_distance(name, a), *a))
+        .map(|a| (strsim::levenshtein(name, a), *a))
         .filter(|(d, a)| *d <= 2 && *d < a.len())
         .min();
     match closest {
@@ -252,22 +252,6 @@ fn unknown_field(name: &str, allowed: &[&str]) -> String {
             allowed.join(", ")
         ),
     }
-}
-
-/// Levenshtein distance, for "did you mean" (names are short, so O(n·m) is fine).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
@@ -289,7 +273,6 @@ mod tests {
             unknown_field("zzz", &["lease", "retention"]),
             "unknown field \"zzz\"; valid fields: lease, retention"
         );
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

@@ -36,8 +36,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, Semaphore};
 
-pub use report::{Answer, CheckResult, Latency, Report, RunInfo, Tally};
-pub use template::{Intent, Template};
+pub use report::{Answer, CheckResult, LatencySummary, Report, RunInfo, Tally};
+pub use template::{IntentVars, LoadTemplate};
 
 /// Arguments of `idem loadtest`.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,10 +81,10 @@ pub struct LoadtestArgs {
     #[arg(long)]
     pub check_url: Option<String>,
     /// Stop sending new requests after this long (in-flight ones finish).
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::config::parse_duration)]
     pub duration_limit: Duration,
     /// Per-request timeout (counted as an error).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::config::parse_duration)]
     pub timeout: Duration,
     /// Print the report as JSON.
     #[arg(long)]
@@ -116,10 +116,10 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 struct Plan {
     method: Method,
     base: String,
-    path: Template,
-    body: Template,
+    path: LoadTemplate,
+    body: LoadTemplate,
     constant_body: Option<Bytes>,
-    headers: Vec<(HeaderName, Template)>,
+    headers: Vec<(HeaderName, LoadTemplate)>,
     key_header: Option<HeaderName>,
     run: String,
     timeout: Duration,
@@ -148,7 +148,7 @@ impl Plan {
                 .ok_or_else(|| UsageError(format!("--header {h}: expected K:V")))?;
             let name = HeaderName::from_bytes(name.trim().as_bytes())
                 .map_err(|_| UsageError(format!("--header {h}: bad header name")))?;
-            headers.push((name, Template::parse(value.trim())));
+            headers.push((name, LoadTemplate::parse(value.trim())));
         }
         let key_header = match args.key_header.trim() {
             "" => None,
@@ -157,14 +157,14 @@ impl Plan {
                     .map_err(|_| UsageError(format!("--key-header {name}: bad header name")))?,
             ),
         };
-        let body = Template::parse(&args.body);
+        let body = LoadTemplate::parse(&args.body);
         let constant_body = body
             .is_constant()
             .then(|| Bytes::from(args.body.clone().into_bytes()));
         Ok(Plan {
             method,
             base,
-            path: Template::parse(&args.path_template),
+            path: LoadTemplate::parse(&args.path_template),
             body,
             constant_body,
             headers,
@@ -178,7 +178,7 @@ impl Plan {
         format!("lt-{}-{i}", self.run)
     }
 
-    fn request(&self, intent: Intent<'_>) -> Result<Request<Full<Bytes>>, String> {
+    fn request(&self, intent: IntentVars<'_>) -> Result<Request<Full<Bytes>>, String> {
         let uri = format!("{}{}", self.base, self.path.render(intent));
         let mut req = Request::builder().method(self.method.clone()).uri(uri);
         if let Some(name) = &self.key_header {
@@ -237,10 +237,10 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
     let check = args
         .check_url
         .as_deref()
-        .map(|u| Template::parse(u).url_encoded());
+        .map(|u| LoadTemplate::parse(u).url_encoded());
     // Fail fast on a template that cannot make a request at all.
     let first_key = plan.key(0);
-    plan.request(Intent {
+    plan.request(IntentVars {
         index: 0,
         key: &first_key,
         run: &run,
@@ -276,7 +276,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
                     if tokio::time::Instant::now() >= deadline {
                         break 'outer;
                     }
-                    let intent = Intent {
+                    let intent = IntentVars {
                         index: i,
                         key: &key,
                         run: &plan.run,
@@ -374,7 +374,7 @@ async fn send(client: &HttpClient, request: Request<Full<Bytes>>, timeout: Durat
 async fn check_counts(
     client: &HttpClient,
     tally: &Tally,
-    url: &Template,
+    url: &LoadTemplate,
     run: &str,
     concurrency: usize,
 ) -> CheckResult {
@@ -382,7 +382,7 @@ async fn check_counts(
 
     let requests = tally.sent_intents().map(|i| {
         let key = tally.key(i);
-        let uri = url.render(Intent {
+        let uri = url.render(IntentVars {
             index: i as u64,
             key: &key,
             run,

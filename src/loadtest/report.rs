@@ -128,7 +128,7 @@ impl Tally {
         let intents_sent = self.intents.iter().filter(|s| s.sent > 0).count() as u64;
         Report {
             requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
-            latency_ms: Latency {
+            latency_ms: LatencySummary {
                 p50: q(0.50),
                 p90: q(0.90),
                 p99: q(0.99),
@@ -166,7 +166,7 @@ pub struct RunInfo {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Latency {
+pub struct LatencySummary {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -195,7 +195,7 @@ pub struct Report {
     pub intents_sent: u64,
     pub elapsed_seconds: f64,
     pub requests_per_second: f64,
-    pub latency_ms: Latency,
+    pub latency_ms: LatencySummary,
     pub forwarded: u64,
     pub replayed: u64,
     pub conflicts: u64,

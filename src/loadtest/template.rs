@@ -24,7 +24,7 @@ enum Part {
 /// A parsed template. Unknown `{...}` groups are kept as text (a JSON body is full of
 /// braces).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Template {
+pub struct LoadTemplate {
     parts: Vec<Part>,
     /// URL-encode `{key}` and `{run}` (for `--check-url`).
     encode: bool,
@@ -32,14 +32,14 @@ pub struct Template {
 
 /// What one intent fills a template with.
 #[derive(Debug, Clone, Copy)]
-pub struct Intent<'a> {
+pub struct IntentVars<'a> {
     pub index: u64,
     pub key: &'a str,
     pub run: &'a str,
 }
 
-impl Template {
-    pub fn parse(text: &str) -> Template {
+impl LoadTemplate {
+    pub fn parse(text: &str) -> LoadTemplate {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
@@ -71,14 +71,14 @@ impl Template {
         if !literal.is_empty() {
             parts.push(Part::Text(literal));
         }
-        Template {
+        LoadTemplate {
             parts,
             encode: false,
         }
     }
 
     /// A template whose `{key}` and `{run}` are URL-encoded when rendered.
-    pub fn url_encoded(mut self) -> Template {
+    pub fn url_encoded(mut self) -> LoadTemplate {
         self.encode = true;
         self
     }
@@ -88,7 +88,7 @@ impl Template {
         self.parts.iter().all(|p| matches!(p, Part::Text(_)))
     }
 
-    pub fn render(&self, intent: Intent<'_>) -> String {
+    pub fn render(&self, intent: IntentVars<'_>) -> String {
         let mut out = String::with_capacity(64);
         for part in &self.parts {
             match part {
@@ -116,7 +116,7 @@ impl Template {
 mod tests {
     use super::*;
 
-    const INTENT: Intent<'static> = Intent {
+    const INTENT: IntentVars<'static> = IntentVars {
         index: 7,
         key: "lt-ab:c-7",
         run: "ab:c",
@@ -124,19 +124,19 @@ mod tests {
 
     #[test]
     fn placeholders_render_and_other_braces_stay() {
-        let t = Template::parse(r#"{"invoice":"inv-{i}","key":"{key}","x":{"y":1}}"#);
+        let t = LoadTemplate::parse(r#"{"invoice":"inv-{i}","key":"{key}","x":{"y":1}}"#);
         assert_eq!(
             t.render(INTENT),
             r#"{"invoice":"inv-7","key":"lt-ab:c-7","x":{"y":1}}"#
         );
         assert!(!t.is_constant());
-        assert!(Template::parse("{}{ {i").is_constant());
-        assert_eq!(Template::parse("{}{ {i").render(INTENT), "{}{ {i");
+        assert!(LoadTemplate::parse("{}{ {i").is_constant());
+        assert_eq!(LoadTemplate::parse("{}{ {i").render(INTENT), "{}{ {i");
     }
 
     #[test]
     fn url_encoding_applies_to_key_and_run_only() {
-        let t = Template::parse("http://h/count?key={key}&run={run}&i={i}").url_encoded();
+        let t = LoadTemplate::parse("http://h/count?key={key}&run={run}&i={i}").url_encoded();
         assert_eq!(
             t.render(INTENT),
             "http://h/count?key=lt-ab%3Ac-7&run=ab%3Ac&i=7"

@@ -57,20 +57,20 @@ pub struct WorkerQueue {
 }
 
 /// The worker's end: connections to serve; `None` once the acceptor has stopped.
-pub struct Incoming {
+pub struct ConnectionInbox {
     rx: mpsc::UnboundedReceiver<Accepted>,
 }
 
-impl Incoming {
+impl ConnectionInbox {
     pub async fn next(&mut self) -> Option<Accepted> {
         self.rx.recv().await
     }
 }
 
 /// A worker's queue; `open` counts its open connections (`idem_connections{worker}`).
-pub fn worker_queue(open: Gauge) -> (WorkerQueue, Incoming) {
+pub fn worker_queue(open: Gauge) -> (WorkerQueue, ConnectionInbox) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (WorkerQueue { tx, open }, Incoming { rx })
+    (WorkerQueue { tx, open }, ConnectionInbox { rx })
 }
 
 /// Accept until `shutdown` resolves, at most `permits` connections open at once (at the
@@ -139,7 +139,7 @@ fn fewest(workers: &[WorkerQueue], turn: usize) -> usize {
 
 /// Connection-level accept errors are the peer's problem; anything else (EMFILE…) is
 /// logged and backed off, so the loop never spins.
-async fn accept_error(e: std::io::Error) {
+pub(crate) async fn accept_error(e: std::io::Error) {
     use std::io::ErrorKind::*;
     if matches!(
         e.kind(),

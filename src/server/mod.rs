@@ -5,7 +5,8 @@
 mod accept;
 mod prefixed;
 
-pub use accept::{accept, worker_queue, Incoming, WorkerQueue};
+pub(crate) use accept::accept_error;
+pub use accept::{accept, worker_queue, ConnectionInbox, WorkerQueue};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -54,7 +55,7 @@ impl Builders {
 /// let detached upstream calls record their outcome — all bounded by `shutdown_grace`.
 /// Returns whether the drain completed.
 pub async fn serve(
-    mut incoming: Incoming,
+    mut incoming: ConnectionInbox,
     proxy: Proxy,
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()>,

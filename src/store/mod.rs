@@ -18,10 +18,7 @@
 //!
 //! The store never sees HTTP types: only [`StoreKey`]s and [`Record`]s.
 
-mod codec;
-mod encode;
 pub mod memory;
-mod meta;
 pub mod postgres;
 pub mod record;
 pub mod redis;

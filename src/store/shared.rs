@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::postgres::{self, PostgresStore};
-use super::redis::{Events, RedisStore};
+use super::redis::{RedisEvents, RedisStore};
 use super::{memory::MemoryStore, Store, StoreError};
 use crate::config::{RedisConfig, StoreBackend, StoreConfig};
 
@@ -18,7 +18,7 @@ pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
 pub enum SharedStore {
     Memory(Store),
     /// The subscription, and the settings each worker's connections are made with.
-    Redis(Events, Arc<RedisConfig>),
+    Redis(RedisEvents, Arc<RedisConfig>),
     Postgres(Arc<postgres::Shared>),
 }
 

@@ -87,16 +87,6 @@ impl UpstreamClient {
         }
     }
 
-    /// A client to the same upstream with a pool of its own (one per worker thread: a
-    /// connection is served by the I/O driver of the runtime that opened it).
-    pub fn fresh(&self) -> UpstreamClient {
-        UpstreamClient {
-            connector: self.connector.clone(),
-            target: self.target.clone(),
-            pool: Pool::new(MAX_IDLE, IDLE_TIMEOUT),
-        }
-    }
-
     /// Send `request` (origin-form URI, `Host` set) and return the response head; its
     /// body drives the connection and returns it to the pool when read to the end.
     pub async fn request(

@@ -33,16 +33,16 @@ const PING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The shared half of every `PostgresStore` handle of one process.
 #[derive(Clone)]
-pub struct Events {
+pub struct PgNotifications {
     pub(super) watchers: Watchers,
     /// Set while `LISTEN` is in effect.
     pub(super) listening: Arc<AtomicBool>,
     _task: Arc<AbortOnDrop>,
 }
 
-impl Events {
+impl PgNotifications {
     /// Starts listening on `channel` in the background (on the current runtime).
-    pub(super) fn start(target: Target, channel: String, op_timeout: Duration) -> Events {
+    pub(super) fn start(target: Target, channel: String, op_timeout: Duration) -> PgNotifications {
         let listener = Listener {
             target,
             channel,
@@ -50,7 +50,7 @@ impl Events {
             listening: Arc::new(AtomicBool::new(false)),
             timeout: op_timeout.max(Duration::from_secs(1)),
         };
-        Events {
+        PgNotifications {
             watchers: listener.watchers.clone(),
             listening: listener.listening.clone(),
             _task: Arc::new(AbortOnDrop(tokio::spawn(listener.run()))),

@@ -31,13 +31,13 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use tokio::time::timeout;
 
-pub use self::listener::Events;
+pub use self::listener::PgNotifications;
 use self::pool::{attempt, millis, state_name, DbError};
 pub use self::sql::check_table_name;
 use self::sql::Sql;
 pub use self::target::Target;
-use super::encode::encode;
 use super::record::decode;
+use super::record::encode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
 use crate::config::PostgresConfig;
@@ -54,7 +54,7 @@ pub struct Shared {
     sql: Arc<Sql>,
     op_timeout: Duration,
     pool_per_worker: usize,
-    events: Events,
+    events: PgNotifications,
     /// Whether the table is known to exist (cleared when a statement finds it missing,
     /// e.g. after the database was re-created; the maintenance task creates it again).
     schema_ready: Arc<AtomicBool>,
@@ -75,7 +75,7 @@ impl Shared {
         let target = Target::parse(&cfg.url).map_err(StoreError::Unavailable)?;
         check_table_name(&cfg.table).map_err(StoreError::Unavailable)?;
         let sql = Arc::new(Sql::new(&cfg.table));
-        let events = Events::start(target.clone(), sql.channel.clone(), cfg.op_timeout);
+        let events = PgNotifications::start(target.clone(), sql.channel.clone(), cfg.op_timeout);
         let schema_ready = Arc::new(AtomicBool::new(false));
         let maintenance = maintenance::start(target.clone(), sql.clone(), schema_ready.clone());
         Ok(Arc::new(Shared {

@@ -2,7 +2,7 @@
 //!
 //! One row per key. Columns that the statements read or condition on are real columns
 //! (`state`, `token`, `attempt`, `fingerprint`, `credentials`, `expires_at`), so an
-//! operator can query them; `record` holds the whole encoded record (`store::codec`),
+//! operator can query them; `record` holds the whole encoded record (`store::record`),
 //! stored response included, so a read is one column decoded by the same code as Redis.
 //! `expires_at` is the lease's end while in progress and the retention's end once
 //! completed. It is computed with the *database's* clock (`now()` + a duration), so

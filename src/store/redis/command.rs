@@ -10,7 +10,7 @@ use tokio::time::timeout;
 
 use super::conn::Link;
 use super::scripts::Fenced;
-use crate::store::encode::{encode_into, encoded_size_hint};
+use crate::store::record::{encode_into, encoded_size_hint};
 use crate::store::{Record, StoreError};
 
 /// A record as one command argument, encoded straight into the command's buffer (no

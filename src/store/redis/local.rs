@@ -1,7 +1,7 @@
 //! In-process coalescing: concurrent duplicates of one key at one replica share one
 //! store round trip and one wait, so a duplicate storm does not multiply Redis traffic.
 //!
-//! One map per process (shared by every worker through [`super::Events`]) holds, per key:
+//! One map per process (shared by every worker through [`super::RedisEvents`]) holds, per key:
 //! - `Reserving`: a reservation is on its way to Redis. Later arrivals follow it and
 //!   take its outcome (the winner's record, or the record Redis returned) instead of
 //!   sending their own `SET NX`.

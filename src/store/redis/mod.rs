@@ -8,7 +8,7 @@
 //!   each worker thread has its own), which in Sentinel mode follows the master through
 //!   a failover (`sentinel.rs`) and in cluster mode follows MOVED/ASK and failovers
 //!   (redis-rs `ClusterConnection`). Wake-ups come from one subscription per process,
-//!   shared through [`Events`] (`subscriber.rs`, `sharded.rs`). Everything connects in
+//!   shared through [`RedisEvents`] (`subscriber.rs`, `sharded.rs`). Everything connects in
 //!   the background: [`RedisStore::connect`] succeeds even while Redis is down.
 //! - `wait_replicas: N` makes reservations and completions wait for N replica acks
 //!   (see [`RedisStore::reserve`]; `command.rs`).
@@ -40,7 +40,7 @@ use self::conn::{Conn, Link};
 use self::keys::Layout;
 use self::local::Lookup;
 use self::scripts::Scripts;
-pub use self::subscriber::Events;
+pub use self::subscriber::RedisEvents;
 use self::target::Target;
 use super::record::decode;
 use super::task::AbortOnDrop;
@@ -60,7 +60,7 @@ pub struct RedisStore {
     scripts: &'static Scripts,
     op_timeout: Duration,
     wait_replicas: u32,
-    events: Events,
+    events: RedisEvents,
     /// Stops the health and timer tasks when the last clone drops.
     _tasks: Arc<[AbortOnDrop; 2]>,
 }
@@ -76,7 +76,7 @@ impl RedisStore {
 
     /// Starts the event subscription that [`RedisStore::connect_sharing`] handles share:
     /// one per process, however many worker threads have a connection of their own.
-    pub fn subscribe(cfg: &RedisConfig) -> Result<Events, StoreError> {
+    pub fn subscribe(cfg: &RedisConfig) -> Result<RedisEvents, StoreError> {
         let target = Target::new(cfg)?;
         let layout = Layout::new(&cfg.key_prefix, cfg.mode.is_cluster());
         let sharded = match &cfg.mode {
@@ -86,14 +86,14 @@ impl RedisStore {
             }
             _ => None,
         };
-        Ok(Events::start(target, sharded, layout, cfg.op_timeout))
+        Ok(RedisEvents::start(target, sharded, layout, cfg.op_timeout))
     }
 
     /// A store with its own command connection(s), started on the current runtime, and
     /// the given shared subscription and watchers.
     pub async fn connect_sharing(
         cfg: &RedisConfig,
-        events: &Events,
+        events: &RedisEvents,
     ) -> Result<RedisStore, StoreError> {
         let target = Target::new(cfg)?;
         let suspect = Arc::new(Notify::new());

@@ -1,7 +1,7 @@
 //! Lua scripts for the fenced writes: check ownership and write in one round trip.
 //!
 //! A record's bytes 2..=33 (Lua's 1-based `string.sub`) are its fencing token in hex
-//! (see `store::codec`), so ownership is checked without parsing JSON in Lua. Scripts
+//! (see `store::record`), so ownership is checked without parsing JSON in Lua. Scripts
 //! run atomically on the server: no other command interleaves between the check and
 //! the write, which is what a bare `SET`/`EXPIRE`/`DEL` after a `GET` cannot promise.
 //!

@@ -1,5 +1,5 @@
 //! The pub/sub subscription that feeds a process's [`Watchers`]: one per process, shared
-//! by every worker's `RedisStore` through [`Events`], so a completion reaches each
+//! by every worker's `RedisStore` through [`RedisEvents`], so a completion reaches each
 //! replica once rather than once per worker thread.
 //!
 //! Completions, releases and deletes `PUBLISH` the hex store key on
@@ -44,7 +44,7 @@ const MASTER_CHECK: Duration = Duration::from_secs(1);
 /// name, the watchers its messages wake, and the subscription task feeding them, which
 /// stops when the last handle drops.
 #[derive(Clone)]
-pub struct Events {
+pub struct RedisEvents {
     pub(super) layout: Layout,
     pub(super) watchers: Watchers,
     /// What this process knows of keys without asking Redis (`local.rs`).
@@ -56,7 +56,7 @@ pub struct Events {
     _tasks: Arc<[Option<AbortOnDrop>; 2]>,
 }
 
-impl Events {
+impl RedisEvents {
     /// Starts the subscription on the current runtime. It connects (and reconnects) in
     /// the background, so this succeeds while Redis is down.
     pub(super) fn start(
@@ -64,7 +64,7 @@ impl Events {
         sharded: Option<redis::cluster::ClusterClientBuilder>,
         layout: Layout,
         op_timeout: Duration,
-    ) -> Events {
+    ) -> RedisEvents {
         let watchers = Watchers::new();
         let local = Local::default();
         let subscribed = Arc::new(AtomicBool::new(false));
@@ -99,7 +99,7 @@ impl Events {
                 .run(),
             ),
         };
-        Events {
+        RedisEvents {
             layout,
             watchers,
             local,

@@ -17,9 +17,10 @@
 //! are stored as latin-1 strings: each byte becomes the char with the same code point,
 //! which JSON carries losslessly.
 
-use super::meta::Meta;
-use super::record::TraceLink;
-use super::{Record, RecordState, StoreError, StoredResponse, Token};
+use super::meta_line::Meta;
+use super::TraceLink;
+use super::{Record, RecordState, StoredResponse, Token};
+use crate::store::StoreError;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 
@@ -107,8 +108,8 @@ fn digest(hex: &str) -> Result<[u8; 32], StoreError> {
 pub(super) mod tests {
     use std::time::Duration;
 
+    use super::super::encode::{encode, encode_into, encoded_size_hint};
     use super::*;
-    use crate::store::encode::{encode, encode_into, encoded_size_hint};
 
     /// A completed record with a key that needs escaping and a non-UTF-8 header value.
     pub(in crate::store) fn completed(body: Option<&'static [u8]>) -> Record {

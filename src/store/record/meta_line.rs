@@ -1,4 +1,4 @@
-//! The metadata line of a stored record (see `codec.rs`), read back.
+//! The metadata line of a stored record (see `record/mod.rs`), read back.
 //!
 //! Every replay decodes a record, so the line is first scanned in the exact shape
 //! `encode.rs` writes — fixed field order, no whitespace, strings without escapes —
@@ -158,9 +158,9 @@ impl<'a> Cursor<'a> {
 mod tests {
     use std::time::Duration;
 
+    use super::super::decode::tests::completed;
+    use super::super::encode::encode;
     use super::*;
-    use crate::store::codec::tests::completed;
-    use crate::store::encode::encode;
     use crate::store::{Record, StoredResponse};
 
     fn line(record: &Record) -> Vec<u8> {

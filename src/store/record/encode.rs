@@ -1,4 +1,4 @@
-//! The write side of the record layout described in `codec.rs`.
+//! The write side of the record layout described in `record/mod.rs`.
 //!
 //! The metadata line is written field by field rather than through `serde_json`'s
 //! serializer: every record a fresh request stores goes through here twice (reserve,
@@ -6,7 +6,7 @@
 //! and field names alone made it the largest single cost of encoding. Strings that need
 //! no escaping (all of ours but odd keys and header values) are copied as they are;
 //! the others go through `serde_json`, so the output is exactly the compact JSON that
-//! `serde_json` writes for the same fields, and `codec::decode` reads it back.
+//! `serde_json` writes for the same fields, and `decode::decode` reads it back.
 
 use std::io::Write;
 
@@ -129,8 +129,8 @@ mod tests {
     use http::{HeaderName, HeaderValue};
     use serde_json::{json, Value};
 
+    use super::super::decode::decode;
     use super::*;
-    use crate::store::codec::decode;
     use crate::store::StoredResponse;
 
     /// The metadata line, parsed.

@@ -1,8 +1,9 @@
-//! The idempotency record and its constructors.
+//! The idempotency record and its constructors; its bytes in the store are written by
+//! `encode.rs`, read by `decode.rs` (which documents the layout), and `meta_line.rs`
+//! reads the JSON metadata line fast.
 //!
-//! The wire encoding ([`encode`] in `encode.rs`, [`decode`] in `codec.rs`): state
-//! byte, token hex, `\n`, JSON metadata, `\n`, raw body — laid out so a Lua script can
-//! check ownership with one `string.sub(value, 2, 33)`.
+//! The wire encoding: state byte, token hex, `\n`, JSON metadata, `\n`, raw body — laid
+//! out so a Lua script can check ownership with one `string.sub(value, 2, 33)`.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,8 +13,12 @@ use http::{HeaderName, HeaderValue};
 
 pub use crate::traces::TraceLink;
 
-pub use super::codec::decode;
-pub use super::encode::encode;
+mod decode;
+mod encode;
+mod meta_line;
+
+pub use decode::decode;
+pub use encode::{encode, encode_into, encoded_size_hint};
 
 /// A 128-bit random fencing token, unique per reservation (and per attempt).
 ///
@@ -110,10 +115,7 @@ impl Token {
 
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(std::str::from_utf8(&self.hex()).map_err(|_| fmt::Error)?)
     }
 }
 
