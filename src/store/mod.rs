@@ -2,10 +2,13 @@
 //!
 //! Every operation is one round trip and atomic on the backend:
 //! - [`Store::reserve`]: create the in-progress record if the key is absent
-//!   (`SET NX GET PX lease`); a loser gets the existing record in the same trip.
+//!   (`SET NX GET PX retention`; the lease is a deadline inside the record); a loser
+//!   gets the existing record in the same trip.
 //! - [`Store::replace_if_owner`]: overwrite the record only while it still carries the
 //!   caller's fencing token (lease renewal, completion, takeover of a stored failure).
 //! - [`Store::release_if_owner`]: delete only if the caller still owns the record.
+//! - [`Store::take_over`]: replace an attempt whose lease has ended (its outcome is
+//!   unknown) only if its token is still the one the caller read.
 //!
 //! A stale owner whose lease was taken over can therefore never overwrite or delete
 //! its successor's record. `replace_if_owner` with the *stored* record's token is also
@@ -30,7 +33,7 @@ use std::time::Duration;
 
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
-pub use record::{Record, RecordState, StoredResponse, Token};
+pub use record::{Record, RecordState, Settled, StoredResponse, Token};
 pub use redis::RedisStore;
 pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
@@ -99,14 +102,16 @@ macro_rules! dispatch_op {
 }
 
 impl Store {
-    /// Atomically store `record` under `key` with TTL `lease` if the key is absent.
+    /// Atomically store `record` under `key` with TTL `ttl` if the key is absent. The
+    /// TTL is the record's life (the route's retention): the lease is a deadline inside
+    /// the record (`expires_at_ms`), so an attempt is remembered after its lease ends.
     pub async fn reserve(
         &self,
         key: &StoreKey,
         record: &Record,
-        lease: Duration,
+        ttl: Duration,
     ) -> Result<Reserve, StoreError> {
-        dispatch_op!(self, s => s.reserve(key, record, lease))
+        dispatch_op!(self, s => s.reserve(key, record, ttl))
     }
 
     /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
@@ -121,6 +126,25 @@ impl Store {
         notify: bool,
     ) -> Result<bool, StoreError> {
         dispatch_op!(self, s => s.replace_if_owner(key, owner, record, ttl, notify))
+    }
+
+    /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
+    /// `owner` **and** it is an attempt whose lease has ended (by `now_ms`; PostgreSQL
+    /// judges with its own clock): taking over an unknown outcome, or settling it. A
+    /// renewal that landed first refuses it. Wakes watchers.
+    pub async fn take_over(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(s) => s.take_over(key, owner, record, ttl, now_ms).await,
+            Store::Redis(s) => Box::pin(s.take_over(key, owner, record, ttl, now_ms)).await,
+            Store::Postgres(s) => Box::pin(s.take_over(key, owner, record, ttl)).await,
+        }
     }
 
     /// Delete the record only if its token is `owner`, and wake watchers.

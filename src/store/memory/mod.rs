@@ -131,6 +131,29 @@ impl MemoryStore {
         Ok(true)
     }
 
+    /// As `replace_if_owner`, only while the record is an attempt whose lease ended by
+    /// `now_ms`; watchers are woken.
+    pub async fn take_over(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        {
+            let mut shard = self.shared.shard(key);
+            let now = Instant::now();
+            let unknown = |e: &Entry| e.record.token == *owner && e.record.lease_ended(now_ms);
+            if !shard.get_live(key, now).is_some_and(unknown) {
+                return Ok(false);
+            }
+            shard.insert(*key, entry(record, now, ttl));
+        }
+        self.shared.watchers.notify(key);
+        Ok(true)
+    }
+
     pub async fn release_if_owner(
         &self,
         key: &StoreKey,

@@ -100,6 +100,24 @@ pub async fn migrate(cfg: &PostgresConfig) -> Result<(), StoreError> {
         .map_err(StoreError::Unavailable)
 }
 
+/// Which fenced `UPDATE` a write is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fenced {
+    Replace,
+    ReplaceNotify,
+    TakeOver,
+}
+
+/// Milliseconds from now until an in-progress record's lease ends (the database adds
+/// them to its own clock); 0 for a completed record.
+fn lease_millis(record: &Record) -> i64 {
+    let left = record.expires_at_ms.saturating_sub(crate::store::record::now_ms());
+    match record.state {
+        crate::store::RecordState::InProgress => i64::try_from(left).unwrap_or(i64::MAX),
+        crate::store::RecordState::Completed => 0,
+    }
+}
+
 impl PostgresStore {
     /// A store with its own listener and maintenance (one process, one worker).
     pub async fn connect(cfg: &PostgresConfig) -> Result<PostgresStore, StoreError> {
@@ -133,25 +151,27 @@ impl PostgresStore {
         &self,
         key: &StoreKey,
         record: &Record,
-        lease: Duration,
+        ttl: Duration,
     ) -> Result<Reserve, StoreError> {
         let encoded = encode(record);
         let state = state_name(record.state);
         let attempt = attempt(record);
-        let lease = millis(lease);
+        let ttl = millis(ttl);
+        let lease = lease_millis(record);
         self.bounded(async {
             let client = self.client().await?;
             let stmt = client.prepare_cached(&self.shared.sql.reserve).await?;
             for _ in 0..RESERVE_ATTEMPTS {
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                     &&key.0[..],
                     &state,
                     &&record.token.0[..],
                     &attempt,
                     &&record.fingerprint[..],
                     &&record.credentials[..],
-                    &lease,
+                    &ttl,
                     &encoded,
+                    &lease,
                 ];
                 let rows = client.query(&stmt, &params).await?;
                 if let Some(row) = rows.first() {
@@ -176,15 +196,45 @@ impl PostgresStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
+        let statement = match notify {
+            true => Fenced::ReplaceNotify,
+            false => Fenced::Replace,
+        };
+        self.fenced_write(key, owner, record, ttl, statement).await
+    }
+
+    /// As [`PostgresStore::replace_if_owner`] (notifying), only while the row is an
+    /// attempt whose lease has ended by the database's clock.
+    pub async fn take_over(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.fenced_write(key, owner, record, ttl, Fenced::TakeOver)
+            .await
+    }
+
+    async fn fenced_write(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        statement: Fenced,
+    ) -> Result<bool, StoreError> {
         let encoded = encode(record);
         let state = state_name(record.state);
         let attempt = attempt(record);
         let ttl = millis(ttl);
+        let lease = lease_millis(record);
         let sql = &self.shared.sql;
+        let notify = statement != Fenced::Replace;
         let replaced = self
             .bounded(async {
                 let client = self.client().await?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
                     &&key.0[..],
                     &&owner.0[..],
                     &state,
@@ -192,9 +242,14 @@ impl PostgresStore {
                     &attempt,
                     &ttl,
                     &encoded,
+                    &lease,
                 ];
                 if notify {
-                    let stmt = client.prepare_cached(&sql.replace_notify).await?;
+                    let text = match statement {
+                        Fenced::TakeOver => &sql.take_over,
+                        _ => &sql.replace_notify,
+                    };
+                    let stmt = client.prepare_cached(text).await?;
                     let mut with_channel = params.to_vec();
                     with_channel.push(&sql.channel);
                     Ok(client.query(&stmt, &with_channel).await?.len() == 1)

@@ -4,13 +4,20 @@
 //! (`state`, `token`, `attempt`, `fingerprint`, `credentials`, `expires_at`), so an
 //! operator can query them; `record` holds the whole encoded record (`store::record`),
 //! stored response included, so a read is one column decoded by the same code as Redis.
-//! `expires_at` is the lease's end while in progress and the retention's end once
-//! completed. It is computed with the *database's* clock (`now()` + a duration), so
-//! several idem processes with skewed clocks agree on when a lease ends.
+//! `expires_at` is the row's end (the retention's, in progress as completed: an attempt
+//! is remembered after its lease, SPEC §1 "Unknown outcomes"); `lease_until` is an
+//! in-progress record's lease end. Both are computed with the *database's* clock
+//! (`now()` + a duration), so several idem processes with skewed clocks agree on when a
+//! lease ends.
 //!
 //! Every statement treats a row whose `expires_at` has passed as absent — it is never
 //! returned, never completed, and a reservation takes it over — so an expired record
 //! is never replayed even before the background purge deletes it.
+
+/// `lease_until` from `$8` (milliseconds from now) for an in-progress record; none once
+/// completed.
+const LEASE_UNTIL_8: &str = "lease_until = CASE WHEN $3 = 'in_progress' \
+     THEN now() + $8::int8 * interval '1 millisecond' END";
 
 /// Rows deleted per purge statement: short transactions, short row locks.
 pub(super) const PURGE_BATCH: i64 = 500;
@@ -22,6 +29,7 @@ pub(super) struct Sql {
     pub reserve: String,
     pub replace: String,
     pub replace_notify: String,
+    pub take_over: String,
     pub release: String,
     pub get: String,
     pub delete: String,
@@ -52,7 +60,9 @@ CREATE TABLE IF NOT EXISTS {t} (
   expires_at timestamptz NOT NULL,
   record bytea NOT NULL
 );
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_until timestamptz;
 CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
+CREATE INDEX IF NOT EXISTS {t}_in_progress ON {t} (key) WHERE state = 'in_progress';
 COMMIT;"
             ),
             // One statement, one winner: the unique key lets exactly one INSERT through;
@@ -67,13 +77,15 @@ COMMIT;"
                 "WITH live AS (
   SELECT record FROM {t} WHERE key = $1 AND expires_at > now()
 ), taken AS (
-  INSERT INTO {t} AS r (key, state, token, attempt, fingerprint, credentials, expires_at, record)
-  SELECT $1, $2, $3, $4, $5, $6, now() + $7::int8 * interval '1 millisecond', $8
+  INSERT INTO {t} AS r (key, state, token, attempt, fingerprint, credentials, expires_at, record, lease_until)
+  SELECT $1, $2, $3, $4, $5, $6, now() + $7::int8 * interval '1 millisecond', $8,
+    now() + $9::int8 * interval '1 millisecond'
   WHERE NOT EXISTS (SELECT 1 FROM live)
   ON CONFLICT (key) DO UPDATE SET
     state = excluded.state, token = excluded.token, attempt = excluded.attempt,
     fingerprint = excluded.fingerprint, credentials = excluded.credentials,
-    expires_at = excluded.expires_at, record = excluded.record
+    expires_at = excluded.expires_at, record = excluded.record,
+    lease_until = excluded.lease_until
   WHERE r.expires_at <= now()
   RETURNING 1
 )
@@ -83,18 +95,34 @@ SELECT record FROM live"
             ),
             replace: format!(
                 "UPDATE {t} SET state = $3, token = $4, attempt = $5,
-  expires_at = now() + $6::int8 * interval '1 millisecond', record = $7
+  expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
 WHERE key = $1 AND token = $2 AND expires_at > now()"
             ),
             // NOTIFY is transactional: watchers hear of the change once it is committed.
             replace_notify: format!(
                 "WITH changed AS (
   UPDATE {t} SET state = $3, token = $4, attempt = $5,
-    expires_at = now() + $6::int8 * interval '1 millisecond', record = $7
+    expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
   WHERE key = $1 AND token = $2 AND expires_at > now()
   RETURNING key
 )
-SELECT pg_notify($8, encode(key, 'hex')) FROM changed"
+SELECT pg_notify($9, encode(key, 'hex')) FROM changed"
+            ),
+            // As `replace_notify`, only on an attempt whose lease has ended by the
+            // database's clock: taking over an unknown outcome, or settling it. A
+            // renewal that committed first moved `lease_until` and refuses this. Rows
+            // of versions before `lease_until` (NULL) keep their lease in `expires_at`,
+            // so they are never taken over here: they expire, and a reservation takes
+            // them over as it always did.
+            take_over: format!(
+                "WITH changed AS (
+  UPDATE {t} SET state = $3, token = $4, attempt = $5,
+    expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
+  WHERE key = $1 AND token = $2 AND expires_at > now()
+    AND state = 'in_progress' AND lease_until <= now()
+  RETURNING key
+)
+SELECT pg_notify($9, encode(key, 'hex')) FROM changed"
             ),
             release: format!(
                 "WITH gone AS (

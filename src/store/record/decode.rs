@@ -19,7 +19,7 @@
 
 use super::meta_line::Meta;
 use super::TraceLink;
-use super::{Record, RecordState, StoredResponse, Token};
+use super::{Record, RecordState, Settled, StoredResponse, Token};
 use crate::store::StoreError;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -76,6 +76,11 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
             .as_deref()
             .and_then(TraceLink::parse)
             .map(Box::new),
+        sent_at_ms: meta.sent_at_ms.unwrap_or(meta.created_at_ms),
+        settled: match meta.settled.as_deref() {
+            None => None,
+            Some(name) => Some(Settled::from_name(name).ok_or_else(|| corrupt("unknown settlement"))?),
+        },
     })
 }
 

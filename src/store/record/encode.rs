@@ -61,6 +61,14 @@ pub fn encode_into(record: &Record, out: &mut impl Write) {
         let _ = out.write_all(&link.hex());
         let _ = out.write_all(b"\"");
     }
+    // Optional too, for the same reason; written by every record of this version.
+    let _ = out.write_all(b",\"sent_at_ms\":");
+    let _ = serde_json::to_writer(&mut *out, &record.sent_at_ms);
+    if let Some(settled) = record.settled {
+        let _ = out.write_all(b",\"settled\":\"");
+        let _ = out.write_all(settled.as_str().as_bytes());
+        let _ = out.write_all(b"\"");
+    }
     let _ = out.write_all(b"}\n");
     let _ = out.write_all(body.map_or(&[][..], |b| &b[..]));
 }

@@ -37,6 +37,14 @@ pub(super) struct Meta<'a> {
     /// records written without traces (or by versions before them).
     #[serde(default, borrow)]
     pub trace: Option<Cow<'a, str>>,
+    /// When the attempt was first sent; absent in records of earlier versions (then the
+    /// creation time stands in).
+    #[serde(default)]
+    pub sent_at_ms: Option<u64>,
+    /// How an unknown outcome was settled, if it was (`reconciled`, `resolved`,
+    /// `not_executed`).
+    #[serde(default, borrow)]
+    pub settled: Option<Cow<'a, str>>,
 }
 
 impl<'a> Meta<'a> {
@@ -97,6 +105,14 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         Some(()) => Some(Cow::Borrowed(c.string()?)),
         None => None,
     };
+    let sent_at_ms = match c.lit(b",\"sent_at_ms\":") {
+        Some(()) => Some(c.uint()?),
+        None => None,
+    };
+    let settled = match c.lit(b",\"settled\":") {
+        Some(()) => Some(Cow::Borrowed(c.string()?)),
+        None => None,
+    };
     c.lit(b"}")?;
     if !c.0.is_empty() {
         return None;
@@ -114,6 +130,8 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         headers,
         body_stored,
         trace,
+        sent_at_ms,
+        settled,
     })
 }
 

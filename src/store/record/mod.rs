@@ -57,6 +57,38 @@ pub struct Record {
     /// replay's span links to the execution that produced the answer. Boxed: records
     /// are moved by value on the request path, and without traces this stays a pointer.
     pub trace: Option<Box<TraceLink>>,
+    /// Unix milliseconds when this attempt was first sent (reserved): the upstream
+    /// key's age, for `upstream_key_window`. A retry of an unknown outcome keeps it.
+    pub sent_at_ms: u64,
+    /// How an unknown outcome was settled, if it was.
+    pub settled: Option<Settled>,
+}
+
+/// How an attempt whose outcome was unknown got settled (SPEC §1 "Unknown outcomes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The upstream's records said it happened: the lookup's answer is the outcome.
+    Reconciled,
+    /// An operator recorded the outcome.
+    Resolved,
+    /// An operator said it never ran: the next repeat is forwarded (same upstream key).
+    NotExecuted,
+}
+
+impl Settled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Reconciled => "reconciled",
+            Settled::Resolved => "resolved",
+            Settled::NotExecuted => "not_executed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Settled> {
+        [Settled::Reconciled, Settled::Resolved, Settled::NotExecuted]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
 }
 
 /// A stored upstream response.
@@ -146,6 +178,8 @@ impl Record {
             expires_at_ms: after_ms(now, lease),
             response: None,
             trace: None,
+            sent_at_ms: now,
+            settled: None,
         }
     }
 
@@ -171,15 +205,71 @@ impl Record {
     /// A new in-progress attempt taking over this record (`on_failure: retry`): new
     /// token, attempt + 1, same identity and creation time (the caller sets its trace).
     pub fn next_attempt(&self, lease: Duration) -> Record {
+        let now = now_ms();
         Record {
             state: RecordState::InProgress,
             token: Token::random(),
             attempt: self.attempt.saturating_add(1),
+            expires_at_ms: after_ms(now, lease),
+            response: None,
+            trace: None,
+            sent_at_ms: now,
+            settled: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same attempt sent again under a new lease (an unknown outcome retried, or
+    /// resolved as not executed): new token, same attempt — so the same upstream key —
+    /// and the same first-send time (the caller sets its trace).
+    pub fn retried(&self, lease: Duration) -> Record {
+        Record {
+            state: RecordState::InProgress,
+            token: Token::random(),
             expires_at_ms: after_ms(now_ms(), lease),
             response: None,
             trace: None,
+            settled: None,
             ..self.clone()
         }
+    }
+
+    /// This unknown attempt settled with `response` (found by reconciliation, or
+    /// recorded by an operator), kept for `retention`. A new token: the attempt's owner,
+    /// should it come back, can no longer write over it.
+    pub fn settled_with(
+        &self,
+        how: Settled,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Record {
+        Record {
+            state: RecordState::Completed,
+            token: Token::random(),
+            expires_at_ms: after_ms(now_ms(), retention),
+            response: Some(response),
+            settled: Some(how),
+            ..self.clone()
+        }
+    }
+
+    /// This unknown attempt declared not executed by an operator: still an attempt
+    /// whose lease has ended, so the next repeat takes it over and forwards it.
+    pub fn not_executed(&self) -> Record {
+        Record {
+            state: RecordState::InProgress,
+            token: Token::random(),
+            expires_at_ms: now_ms(),
+            response: None,
+            settled: Some(Settled::NotExecuted),
+            ..self.clone()
+        }
+    }
+
+    /// An attempt whose lease has ended without an outcome: its result is unknown
+    /// (SPEC §1 "Unknown outcomes").
+    pub fn lease_ended(&self, now_ms: u64) -> bool {
+        self.state == RecordState::InProgress && self.expires_at_ms <= now_ms
     }
 
     pub fn is_completed(&self) -> bool {

@@ -242,10 +242,40 @@ impl RedisStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
+        self.fenced_write(key, owner, record, ttl, notify, None)
+            .await
+    }
+
+    /// As [`RedisStore::replace_if_owner`], only while the record is an attempt whose
+    /// lease ended by `now_ms`; watchers are woken.
+    pub async fn take_over(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.fenced_write(key, owner, record, ttl, true, Some(now_ms))
+            .await
+    }
+
+    async fn fenced_write(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        notify: bool,
+        lease_ended_by: Option<u64>,
+    ) -> Result<bool, StoreError> {
         let renewal = !record.is_completed() && record.token == *owner;
         let conn = if renewal { &self.conn } else { &self.wait_conn };
         let mut link = conn.link();
-        let script = &self.scripts.replace_if_owner;
+        let script = match lease_ended_by {
+            None => &self.scripts.replace_if_owner,
+            Some(_) => &self.scripts.take_over,
+        };
         let store_key = self.layout.store_key(key);
         let channel = notify.then(|| self.layout.channel(key));
         let args = |cmd: &mut Cmd| {
@@ -254,6 +284,9 @@ impl RedisStore {
                 .arg(millis(ttl))
                 .arg(channel.as_deref().unwrap_or(""))
                 .arg(&key.hex()[..]);
+            if let Some(now_ms) = lease_ended_by {
+                cmd.arg(now_ms);
+            }
         };
         let acked = async {
             let replaced: i64 = self
