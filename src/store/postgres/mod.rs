@@ -111,7 +111,9 @@ enum Fenced {
 /// Milliseconds from now until an in-progress record's lease ends (the database adds
 /// them to its own clock); 0 for a completed record.
 fn lease_millis(record: &Record) -> i64 {
-    let left = record.expires_at_ms.saturating_sub(crate::store::record::now_ms());
+    let left = record
+        .expires_at_ms
+        .saturating_sub(crate::store::record::now_ms());
     match record.state {
         crate::store::RecordState::InProgress => i64::try_from(left).unwrap_or(i64::MAX),
         crate::store::RecordState::Completed => 0,
