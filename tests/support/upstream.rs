@@ -11,7 +11,7 @@
 //!
 //! `GET /count?key=K` answers `{"count": n}` for the `--check-url` style check.
 //! `GET /lookup?key=K` is a provider's "find by idempotency key" (reconciliation): 200
-//! with `{"found": K, "executions": n}` once K was executed, else 404; a request header
+//! with `{"found": K, "executions": n, "lookup": seq}` once K was executed, else 404; a header
 //! `x-mock-lookup-status: N` forces status N (the lookup carries the repeat's headers).
 
 use std::collections::HashMap;
@@ -165,9 +165,13 @@ async fn handle(
         let forced = num(&parts.headers, "x-mock-lookup-status");
         return Ok(match (forced, n) {
             (0, 0) => full(StatusCode::NOT_FOUND, "{\"error\":\"no such charge\"}"),
+            // Each answer numbered: an outcome settled twice would show two numbers.
             (0, n) => full(
                 StatusCode::OK,
-                format!("{{\"found\":{key:?},\"executions\":{n}}}"),
+                format!(
+                    "{{\"found\":{key:?},\"executions\":{n},\"lookup\":{}}}",
+                    st.seq.fetch_add(1, Ordering::SeqCst)
+                ),
             ),
             (status, _) => full(
                 StatusCode::from_u16(status as u16).unwrap_or(StatusCode::BAD_GATEWAY),
