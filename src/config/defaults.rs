@@ -95,6 +95,7 @@ impl Default for StoreConfig {
         StoreConfig {
             backend: StoreBackend::Memory,
             on_error: OnStoreError::Reject,
+            encryption: None,
         }
     }
 }
@@ -143,6 +144,7 @@ impl RoutePolicy {
             on_unknown: OnUnknown::Retry,
             upstream_key_window: None,
             reconcile: None,
+            store_headers: Default::default(),
             max_request_bytes: MAX_BODY_BYTES,
             max_response_bytes: MAX_BODY_BYTES,
             forward_key_header: HeaderName::from_static(FORWARD_KEY_HEADER),

@@ -131,6 +131,9 @@ pub struct UpstreamConfig {
 pub struct StoreConfig {
     pub backend: StoreBackend,
     pub on_error: OnStoreError,
+    /// `store.encryption`: the keys stored responses are sealed with, loaded from their
+    /// files (SPEC §1 "Stored responses"). `None`: stored in clear.
+    pub encryption: Option<Arc<crate::store::seal::Keyring>>,
 }
 
 /// `store.backend` with that backend's own settings, and only those: a PostgreSQL or
@@ -272,6 +275,8 @@ pub struct RoutePolicy {
     pub upstream_key_window: Option<Duration>,
     /// The lookup of `on_unknown: reconcile` (always set with it, checked at load).
     pub reconcile: Option<Arc<Reconcile>>,
+    /// Which response headers a record keeps (credential headers never).
+    pub store_headers: StoreHeaders,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
     pub forward_key_header: HeaderName,
@@ -357,6 +362,16 @@ pub enum OnFailure {
 pub enum OnAmbiguous {
     Hold,
     Release,
+}
+
+/// `store_headers`: the response headers a record keeps, beyond the credential headers
+/// that are never kept (SPEC §1 "Stored responses").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreHeaders {
+    /// An allow-list: only these are kept. `None`: every end-to-end header.
+    pub include: Option<Vec<HeaderName>>,
+    /// Never kept, on top of the credential headers.
+    pub exclude: Vec<HeaderName>,
 }
 
 /// `on_unknown` (SPEC §1 "Unknown outcomes").

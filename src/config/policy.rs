@@ -17,7 +17,7 @@ use super::values::{self, FingerprintPart, StatusEntry};
 use super::walk::{At, Fields, Walker};
 use super::yaml::{Node, Value};
 use super::{BodyFingerprint, FingerprintSpec, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure};
-use super::{OnUnknown, Reconcile, RoutePolicy, StatusSet};
+use super::{OnUnknown, Reconcile, RoutePolicy, StatusSet, StoreHeaders};
 use crate::template::Template;
 
 /// Every field a route shares with `defaults:`.
@@ -38,6 +38,7 @@ pub(crate) const POLICY_FIELDS: &[&str] = &[
     "on_unknown",
     "upstream_key_window",
     "reconcile",
+    "store_headers",
     "max_request_bytes",
     "max_response_bytes",
     "forward_key_header",
@@ -64,6 +65,7 @@ pub(crate) struct PolicyFields {
     pub on_unknown: Option<At<OnUnknown>>,
     pub upstream_key_window: Option<At<Duration>>,
     pub reconcile: Option<At<Arc<Reconcile>>>,
+    pub store_headers: Option<At<StoreHeaders>>,
     pub max_request_bytes: Option<At<usize>>,
     pub max_response_bytes: Option<At<usize>>,
     pub forward_key_header: Option<At<HeaderName>>,
@@ -142,6 +144,7 @@ impl PolicyFields {
                 let read = reconcile::read(w, node, &f.path("reconcile"))?;
                 Some(read.map(Arc::new))
             }),
+            store_headers: store_headers(w, f),
             max_request_bytes: nonzero_at(w, max_request_bytes),
             max_response_bytes: w.size(f, "max_response_bytes"),
             forward_key_header: w.field(f, "forward_key_header", values::forward_header),
@@ -177,6 +180,7 @@ impl PolicyFields {
                 .upstream_key_window
                 .or_else(|| d.upstream_key_window.clone()),
             reconcile: self.reconcile.or_else(|| d.reconcile.clone()),
+            store_headers: self.store_headers.or_else(|| d.store_headers.clone()),
             max_request_bytes: self
                 .max_request_bytes
                 .or_else(|| d.max_request_bytes.clone()),
@@ -222,6 +226,7 @@ impl PolicyFields {
         if let Some(reconcile) = &self.reconcile {
             route.reconcile = Some(reconcile.value.clone());
         }
+        put(&mut route.store_headers, &self.store_headers);
         put(&mut route.max_request_bytes, &self.max_request_bytes);
         put(&mut route.max_response_bytes, &self.max_response_bytes);
         put(&mut route.forward_key_header, &self.forward_key_header);
@@ -299,6 +304,27 @@ fn fingerprint(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<FingerprintSpec>
             None
         }
     }
+}
+
+/// `store_headers: {include: [...], exclude: [...]}` (both optional).
+fn store_headers(w: &mut Walker<'_>, f: &Fields<'_>) -> Option<At<StoreHeaders>> {
+    let node = f.get("store_headers")?;
+    let path = f.path("store_headers");
+    if !matches!(node.value, Value::Map(_)) {
+        w.error(node.pos, &path, "expected a map such as {exclude: [x-session-token]} or {include: [content-type, location]}");
+        return None;
+    }
+    let map = w.fields(node, &path, &["include", "exclude"]);
+    let include = values(read_list(w, &map, "include", false, values::header_name));
+    let exclude = values(read_list(w, &map, "exclude", false, values::header_name));
+    Some(At {
+        value: StoreHeaders {
+            include: include.map(|i| i.value),
+            exclude: exclude.map_or_else(Vec::new, |e| e.value),
+        },
+        pos: node.pos,
+        path,
+    })
 }
 
 /// `[2xx, 4xx]`, `[2xx, 404]`, … (408/409/425/429 are never stored whatever is listed).

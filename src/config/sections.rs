@@ -4,6 +4,7 @@
 //! section or field simply keeps the default. Only `upstream.url` is required.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Uri;
@@ -16,6 +17,7 @@ use super::{
     defaults, AdminConfig, BackendName, PostgresConfig, RedisConfig, RedisMode, RedisModeName,
     ServerConfig, StoreBackend, StoreConfig,
 };
+use crate::store::seal::Keyring;
 
 /// Parse an `IP:port` listen address.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -184,7 +186,14 @@ pub(crate) fn upstream(
 pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     let mut cfg = StoreConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(node, "store", &["backend", "redis", "postgres", "on_error"]);
+    let f = w.fields(
+        node,
+        "store",
+        &["backend", "redis", "postgres", "on_error", "encryption"],
+    );
+    if let Some(enc) = f.get("encryption") {
+        cfg.encryption = encryption(w, enc).map(Arc::new);
+    }
     let mut backend = BackendName::Memory;
     set(&mut backend, w.choice(&f, "backend").map(|a| a.value));
     set(&mut cfg.on_error, w.choice(&f, "on_error").map(|a| a.value));
@@ -202,6 +211,53 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
         BackendName::Postgres => StoreBackend::Postgres(pg.unwrap_or_default()),
     };
     cfg
+}
+
+/// `store.encryption: {keys: [{id, file}, ...]}`, loaded (an unreadable or malformed
+/// key file is reported at its entry; its content never is).
+fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<Keyring> {
+    let f = w.fields(node, "store.encryption", &["keys"]);
+    let Some(list) = f.get("keys") else {
+        w.error(
+            node.pos,
+            "store.encryption.keys",
+            "list at least one key: {id: \"2026-12\", file: /etc/idem/keys/2026-12}",
+        );
+        return None;
+    };
+    let mut keys: Vec<(String, std::path::PathBuf)> = Vec::new();
+    let mut ok = true;
+    for (path, item) in w.list(list, "store.encryption.keys") {
+        let k = w.fields(item, &path, &["id", "file"]);
+        let id = w.string(&k, "id");
+        let file = w.string(&k, "file");
+        let (Some(id), Some(file)) = (id, file) else {
+            w.error(item.pos, &path, "each key needs an id and a file");
+            ok = false;
+            continue;
+        };
+        if keys.iter().any(|(seen, _)| *seen == id.value) {
+            w.error(id.pos, &id.path, format!("duplicate key id {:?}", id.value));
+            ok = false;
+            continue;
+        }
+        if let Err(message) = Keyring::load(&[(id.value.clone(), file.value.clone().into())]) {
+            w.error(file.pos, &file.path, message);
+            ok = false;
+            continue;
+        }
+        keys.push((id.value, file.value.into()));
+    }
+    if !ok {
+        return None;
+    }
+    match Keyring::load(&keys) {
+        Ok(keyring) => Some(keyring),
+        Err(message) => {
+            w.error(list.pos, "store.encryption.keys", message);
+            None
+        }
+    }
 }
 
 fn postgres(w: &mut Walker<'_>, node: &Node, in_use: bool) -> PostgresConfig {

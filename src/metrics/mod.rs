@@ -79,6 +79,11 @@ pub struct UpstreamFailureLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct WorkerLabels {
     pub worker: String,
 }
@@ -98,6 +103,8 @@ pub struct Metrics {
     /// Protected calls the upstream did not answer (error path only: a family lookup).
     pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
     pub config_generation: Gauge,
+    /// Stored records no listed encryption key opens, per route (answered 409).
+    pub unreadable_records: Family<RouteLabel, Counter>,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
@@ -128,6 +135,7 @@ impl Metrics {
         let degraded = Counter::default();
         let upstream_failures = Family::<UpstreamFailureLabels, Counter>::default();
         let config_generation = Gauge::default();
+        let unreadable_records = Family::<RouteLabel, Counter>::default();
         let connections = Family::<WorkerLabels, Gauge>::default();
 
         let mut registry = Registry::with_prefix("idem");
@@ -177,6 +185,11 @@ impl Metrics {
             upstream_failures.clone(),
         );
         registry.register(
+            "unreadable_records",
+            "Stored records that no listed store.encryption key opens (answered 409 record_unreadable, never executed again)",
+            unreadable_records.clone(),
+        );
+        registry.register(
             "config_generation",
             "Generation of the loaded configuration (1 at start, +1 per reload)",
             config_generation.clone(),
@@ -191,6 +204,7 @@ impl Metrics {
             degraded,
             upstream_failures,
             config_generation,
+            unreadable_records,
             connections,
             store_ops: Default::default(),
             registry: std::sync::Arc::new(registry),
@@ -214,6 +228,14 @@ impl Metrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// A stored record no key opened, on `route`.
+    pub fn unreadable(&self, route: &str) {
+        let labels = RouteLabel {
+            route: route.to_owned(),
+        };
+        self.unreadable_records.get_or_create(&labels).inc();
     }
 
     pub fn upstream_failure(&self, reason: UpstreamFailure) {

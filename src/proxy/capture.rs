@@ -19,15 +19,22 @@ const CREDENTIAL_HEADERS: [HeaderName; 5] = [
 ];
 
 /// The response headers a record keeps (hop-by-hop headers are already gone): every
-/// end-to-end header but the credential ones. The caller of the first execution still
-/// gets every header; replays get these.
-pub fn stored_headers(
-    headers: &HeaderMap,
-    _policy: &RoutePolicy,
-) -> Vec<(HeaderName, HeaderValue)> {
+/// end-to-end header but the credential ones and the route's `store_headers.exclude`,
+/// or only those of `store_headers.include` (credential headers never). The caller of
+/// the first execution still gets every header; replays get these.
+pub fn stored_headers(headers: &HeaderMap, policy: &RoutePolicy) -> Vec<(HeaderName, HeaderValue)> {
+    let rule = &policy.store_headers;
+    let kept = |name: &HeaderName| {
+        !CREDENTIAL_HEADERS.contains(name)
+            && !rule.exclude.contains(name)
+            && rule
+                .include
+                .as_ref()
+                .is_none_or(|include| include.contains(name))
+    };
     headers
         .iter()
-        .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(name))
+        .filter(|(name, _)| kept(name))
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect()
 }
@@ -70,6 +77,45 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credential_headers_are_never_kept_and_the_route_chooses_the_rest() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("set-cookie", "session=abc"),
+            ("www-authenticate", "Bearer"),
+            ("authorization", "Bearer x"),
+            ("proxy-authenticate", "Basic"),
+            ("proxy-authorization", "Basic y"),
+            ("content-type", "application/json"),
+            ("location", "/charges/1"),
+            ("x-session-token", "t"),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let names = |policy: &RoutePolicy| -> Vec<String> {
+            stored_headers(&headers, policy)
+                .into_iter()
+                .map(|(n, _)| n.to_string())
+                .collect()
+        };
+        let mut policy = crate::route::tests::policy("r", &[http::Method::POST], "/r", &["k"]);
+        assert_eq!(
+            names(&policy),
+            ["content-type", "location", "x-session-token"]
+        );
+        policy.store_headers.exclude = vec![HeaderName::from_static("x-session-token")];
+        assert_eq!(names(&policy), ["content-type", "location"]);
+        policy.store_headers.include = Some(vec![header::LOCATION, header::SET_COOKIE]);
+        assert_eq!(
+            names(&policy),
+            ["location"],
+            "an allow-list never lets a credential through"
+        );
+    }
 
     #[test]
     fn keeps_body_under_limit_and_drops_it_over() {

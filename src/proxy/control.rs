@@ -13,6 +13,7 @@ use super::{Proxy, Worker};
 use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
+use crate::store::seal::Keyring;
 use crate::store::Store;
 use crate::traces::Traces;
 use crate::upstream::UpstreamClient;
@@ -24,6 +25,8 @@ pub struct Reloadable {
     pub counters: HashMap<String, Arc<RouteCounters>>,
     pub default: DefaultAction,
     pub on_store_error: OnStoreError,
+    /// `store.encryption`: stored responses are sealed with it (picked up on SIGHUP).
+    pub keyring: Option<Arc<Keyring>>,
     pub generation: u64,
 }
 
@@ -136,6 +139,7 @@ fn reloadable(config: &Config, generation: u64, metrics: &Metrics) -> Reloadable
         counters,
         default: config.default,
         on_store_error: config.store.on_error,
+        keyring: config.store.encryption.clone(),
         generation,
     }
 }

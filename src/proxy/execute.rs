@@ -25,6 +25,7 @@ use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::mcp::ToolCall;
 use crate::metrics::UpstreamFailure;
+use crate::store::seal::Keyring;
 use crate::store::Record;
 
 /// One owned reservation about to be executed upstream.
@@ -38,6 +39,8 @@ pub struct Call {
     /// Our in-progress record; its token proves ownership.
     pub record: Record,
     pub request: Request<UpstreamBody>,
+    /// Seals the outcome before it is stored (`store.encryption`).
+    pub keyring: Option<Arc<Keyring>>,
 }
 
 /// Start the call; the receiver yields the response for the caller (streaming, or a
@@ -59,6 +62,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         key,
         record,
         request,
+        keyring,
     } = call;
     let worker = cx.worker.clone();
     worker.metrics.inflight.inc();
@@ -82,7 +86,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         }
     };
     let times = (policy.lease, policy.retention);
-    let holder = LeaseHolder::new(cx.clone(), key, record, times, waiters);
+    let holder = LeaseHolder::new(cx.clone(), key, record, times, waiters).sealing(keyring);
     let (holder, ended) = renewing(holder, std::pin::Pin::new(&mut work)).await;
     drop(work);
     let took = started.elapsed().as_secs_f64();

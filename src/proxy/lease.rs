@@ -14,6 +14,7 @@ use super::outcome::StoreOp;
 use super::Worker;
 use crate::key::StoreKey;
 use crate::store::record::now_ms;
+use crate::store::seal::Keyring;
 use crate::store::{Record, StoredResponse, Token};
 
 pub struct LeaseHolder {
@@ -27,6 +28,8 @@ pub struct LeaseHolder {
     retention: Duration,
     /// False once a renewal found the record taken over.
     owned: bool,
+    /// Seals the completed record (`store.encryption`).
+    keyring: Option<Arc<Keyring>>,
     /// Wake waiting duplicates (every replica) on completion. Only routes with
     /// `on_concurrent: wait` have waiters; for the others the notification (a Redis
     /// `PUBLISH` fanned out to every replica's subscription) would be pure overhead.
@@ -49,7 +52,14 @@ impl LeaseHolder {
             retention,
             owned: true,
             notify,
+            keyring: None,
         }
+    }
+
+    /// Seal the outcome with `keyring` before it is stored.
+    pub fn sealing(mut self, keyring: Option<Arc<Keyring>>) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// Seconds until the current lease ends (at least 1).
@@ -95,7 +105,10 @@ impl LeaseHolder {
     /// up the caller: the write is retried in the background until the lease would
     /// have ended, and meanwhile the in-progress record keeps repeats out.
     pub async fn complete(&self, response: StoredResponse, retention: Duration) {
-        let record = self.record.completed(response, retention);
+        let mut record = self.record.completed(response, retention);
+        if let Some(keyring) = &self.keyring {
+            keyring.seal(&mut record, &self.key);
+        }
         let write = self.write_completion(&record, retention);
         let (result, _) = self.cx.store_op(StoreOp::Complete, write).await;
         match result {
@@ -111,6 +124,7 @@ impl LeaseHolder {
                     retention: self.retention,
                     owned: self.owned,
                     notify: self.notify,
+                    keyring: self.keyring.clone(),
                 };
                 self.cx
                     .worker

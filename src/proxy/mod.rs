@@ -142,6 +142,7 @@ impl Proxy {
             parts,
             client_ip,
             on_store_error: current.on_store_error,
+            keyring: current.keyring.clone(),
         };
         let cx = RequestContext::new(self.worker.clone(), trace);
         let handled = match &policy.mcp {

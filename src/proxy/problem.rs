@@ -281,6 +281,22 @@ pub fn upstream_timeout(held_for: Option<u64>, on_unknown: OnUnknown) -> Problem
     )
 }
 
+/// 409 `record_unreadable`: the stored outcome is sealed with a key this replica does not
+/// have (a dropped or missing key). Never executed again.
+pub fn record_unreadable(route: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "record_unreadable",
+        "Stored result unreadable",
+        format!(
+            "This '{route}' request was already executed, but its stored result cannot be \
+             read here (it is sealed with a key this proxy does not hold). It will not be \
+             executed again. Do not send it with a different key; an operator must restore \
+             the key, and the same request then returns its result."
+        ),
+    )
+}
+
 /// Why a repeat of an unknown outcome is refused, for the detail a model reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnknownBecause {
@@ -392,6 +408,7 @@ mod tests {
         assert_eq!(upstream_unavailable().status, 502);
         assert_eq!(store_unavailable().status, 503);
         assert_eq!(upstream_timeout(None, OnUnknown::Retry).status, 504);
+        assert_eq!(record_unreadable("charge").status, 409);
         let held = outcome_unknown("charge", 0, UnknownBecause::Held, None);
         assert_eq!(held.status, 409);
         assert!(held

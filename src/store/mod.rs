@@ -25,6 +25,7 @@ pub mod memory;
 pub mod postgres;
 pub mod record;
 pub mod redis;
+pub mod seal;
 mod shared;
 mod task;
 pub mod watch;

@@ -8,6 +8,9 @@
 //!   (`chunk0;chunk1;…`; with `x-mock-chunk-bytes: B` each is padded with `.` to B bytes).
 //! - `x-mock-stall-ms: D`: send the head and one chunk, then stall D ms before the rest.
 //! - `x-mock-reset: true`: count the execution, then drop the connection unanswered.
+//! - `x-mock-echo: text`: the JSON answer carries `"echo": "text"`.
+//! - `x-mock-set-cookie: v`: answer with `Set-Cookie: v`, `X-Session-Token: v` and
+//!   `X-Charge-Id`.
 //!
 //! `GET /count?key=K` answers `{"count": n}` for the `--check-url` style check.
 //! `GET /lookup?key=K` is a provider's "find by idempotency key" (reconciliation): 200
@@ -229,8 +232,9 @@ async fn handle(
     if size > 0 {
         return Ok(full(status, "a".repeat(size as usize)));
     }
+    let echo = header(h, "x-mock-echo").unwrap_or_default();
     let json = format!(
-        "{{\"id\":\"ch_{id}\",\"key\":{key:?},\"execution\":{execution},\"path\":{path:?}}}"
+        "{{\"id\":\"ch_{id}\",\"key\":{key:?},\"execution\":{execution},\"path\":{path:?},\"echo\":{echo:?}}}"
     );
     let chunks = num(h, "x-mock-chunks");
     let stall = num(h, "x-mock-stall-ms");
@@ -260,6 +264,14 @@ async fn handle(
     let mut r = full(status, json);
     r.headers_mut()
         .insert("content-type", "application/json".parse().unwrap());
+    if let Some(cookie) = header(h, "x-mock-set-cookie") {
+        r.headers_mut()
+            .insert("set-cookie", cookie.parse().unwrap());
+        r.headers_mut()
+            .insert("x-session-token", cookie.parse().unwrap());
+        r.headers_mut()
+            .insert("x-charge-id", format!("ch_{id}").parse().unwrap());
+    }
     Ok(r)
 }
 

@@ -329,3 +329,23 @@ fn unknown_outcome_settings_are_checked() {
         (OnUnknown::Retry, None)
     );
 }
+
+#[test]
+fn store_headers_are_read() {
+    let c = ok(&format!(
+        "{MINIMAL}routes:\n  - name: charge\n    path: /c/{{id}}\n    key: \"c:{{path.id}}\"\n    store_headers: {{exclude: [X-Session-Token], include: [location, x-session-token]}}\n"
+    ));
+    let h = &c.routes[0].store_headers;
+    assert_eq!(h.exclude, ["x-session-token"]);
+    assert_eq!(
+        h.include.as_deref(),
+        Some(
+            &[
+                http::header::LOCATION,
+                http::HeaderName::from_static("x-session-token")
+            ][..]
+        )
+    );
+    has(&errors(&format!("{MINIMAL}routes:\n  - name: charge\n    path: /c\n    key: k\n    store_headers: [a]\n")), "expected a map");
+    has(&errors(&format!("{MINIMAL}routes:\n  - name: charge\n    path: /c\n    key: k\n    store_headers: {{exclud: [a]}}\n")), "did you mean \"exclude\"");
+}

@@ -28,6 +28,7 @@ use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
 use crate::store::record::now_ms;
+use crate::store::seal::{Keyring, Unreadable};
 use crate::store::{Record, Reserve, Settled, StoreError, StoredResponse, Token};
 use crate::traces::RequestTrace;
 use unknown::Settling;
@@ -39,6 +40,8 @@ pub struct Inbound {
     pub parts: request::Parts,
     pub client_ip: Option<IpAddr>,
     pub on_store_error: OnStoreError,
+    /// Seals stored responses and opens sealed ones (`store.encryption`).
+    pub keyring: Option<Arc<Keyring>>,
 }
 
 mod unknown;
@@ -53,6 +56,7 @@ struct Flow<'a> {
     body: BodyView,
     client_ip: Option<IpAddr>,
     on_store_error: OnStoreError,
+    keyring: Option<Arc<Keyring>>,
     /// How this request's problems are answered.
     format: ProblemFormat,
     /// The protected MCP call, on an MCP route (replays take its id).
@@ -133,6 +137,7 @@ impl<'a> Flow<'a> {
             body,
             client_ip: inbound.client_ip,
             on_store_error: inbound.on_store_error,
+            keyring: inbound.keyring,
             format,
             mcp,
             key: None,
@@ -190,6 +195,10 @@ impl<'a> Flow<'a> {
                 }
                 Ok(Reserve::Won) => return self.forward(&intent, mine).await,
                 Ok(Reserve::Exists(existing)) => existing,
+            };
+            let existing = match self.open(existing, &intent.store_key) {
+                Ok(existing) => existing,
+                Err(p) => return self.refuse(p, Outcome::Conflict),
             };
             let now = Instant::now();
             let may_wait = waits && now < deadline;
@@ -294,6 +303,7 @@ impl<'a> Flow<'a> {
             key: intent.store_key,
             record,
             request,
+            keyring: self.keyring.clone(),
         };
         let started = Instant::now();
         let response = match execute::spawn(self.cx.clone(), call).await {
@@ -336,6 +346,28 @@ impl<'a> Flow<'a> {
             ..Handled::answered(response, outcome)
         };
         handled.upstream_since(started)
+    }
+
+    /// `existing` with its sealed response opened, or the 409 `record_unreadable` when no
+    /// listed key opens it: never executed again.
+    fn open(&self, mut existing: Record, key: &StoreKey) -> Result<Record, Problem> {
+        if existing.sealed.is_none() {
+            return Ok(existing);
+        }
+        let opened = match &self.keyring {
+            Some(keyring) => keyring.open(&mut existing, key),
+            None => Err(Unreadable(
+                "this replica has no store.encryption keys".to_owned(),
+            )),
+        };
+        match opened {
+            Ok(()) => Ok(existing),
+            Err(why) => {
+                tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
+                self.cx.worker.metrics.unreadable(&self.policy.name);
+                Err(problem::record_unreadable(&self.policy.name))
+            }
+        }
     }
 
     /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).

@@ -71,7 +71,11 @@ impl Flow<'_> {
             Lookup::Found(response) => {
                 let settled =
                     existing.settled_with(Settled::Reconciled, response, policy.retention);
-                match self.take_over(intent, existing, &settled).await {
+                let mut stored = settled.clone();
+                if let Some(keyring) = &self.keyring {
+                    keyring.seal(&mut stored, &intent.store_key);
+                }
+                match self.take_over(intent, existing, &stored).await {
                     Ok(true) => Settling::Replay(settled),
                     Ok(false) => Settling::Lost,
                     Err(e) => Settling::StoreFailed(e),

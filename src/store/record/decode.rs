@@ -20,6 +20,7 @@
 use super::meta_line::Meta;
 use super::TraceLink;
 use super::{Record, RecordState, Settled, StoredResponse, Token};
+use crate::store::seal::Sealed;
 use crate::store::StoreError;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -45,8 +46,16 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
     let meta = Meta::parse(&rest[..split]).map_err(|e| corrupt(&format!("bad metadata: {e}")))?;
     let body = &rest[split + 1..];
 
+    let sealed = match (state, meta.sealed.as_deref()) {
+        (RecordState::Completed, Some(key_id)) => Some(Box::new(Sealed {
+            key_id: key_id.to_owned(),
+            bytes: Bytes::copy_from_slice(body),
+        })),
+        _ => None,
+    };
     let response = match (state, meta.status) {
         (RecordState::InProgress, _) => None,
+        (RecordState::Completed, None) if sealed.is_some() => None,
         (RecordState::Completed, None) => return Err(corrupt("completed without status")),
         (RecordState::Completed, Some(status)) => Some(StoredResponse {
             status,
@@ -83,6 +92,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
                 Some(Settled::from_name(name).ok_or_else(|| corrupt("unknown settlement"))?)
             }
         },
+        sealed,
     })
 }
 

@@ -16,9 +16,12 @@ use super::{Record, RecordState};
 
 /// Serialises a record into `out` (a `Vec`, or a Redis command's argument buffer).
 pub fn encode_into(record: &Record, out: &mut impl Write) {
-    let (status, headers, body) = match &record.response {
-        Some(r) => (Some(r.status), r.headers.as_slice(), r.body.as_ref()),
-        None => (None, &[][..], None),
+    let (status, headers, body) = match (&record.response, &record.sealed) {
+        (Some(r), _) => (Some(r.status), r.headers.as_slice(), r.body.as_ref()),
+        // Sealed: the status and headers are inside the sealed bytes, which take the
+        // body's place; `status: null` keeps releases before sealing from replaying it.
+        (None, Some(sealed)) => (None, &[][..], Some(&sealed.bytes)),
+        (None, None) => (None, &[][..], None),
     };
     let state = match record.state {
         RecordState::InProgress => b'P',
@@ -69,6 +72,10 @@ pub fn encode_into(record: &Record, out: &mut impl Write) {
         let _ = out.write_all(settled.as_str().as_bytes());
         let _ = out.write_all(b"\"");
     }
+    if let Some(sealed) = &record.sealed {
+        let _ = out.write_all(b",\"sealed\":");
+        string(out, &sealed.key_id);
+    }
     let _ = out.write_all(b"}\n");
     let _ = out.write_all(body.map_or(&[][..], |b| &b[..]));
 }
@@ -85,7 +92,11 @@ pub fn encode(record: &Record) -> Vec<u8> {
 /// encoding.
 pub fn encoded_size_hint(record: &Record) -> usize {
     let response = record.response.as_ref();
-    let body = response.and_then(|r| r.body.as_ref()).map_or(0, Bytes::len);
+    let body = response.and_then(|r| r.body.as_ref()).map_or(0, Bytes::len)
+        + record
+            .sealed
+            .as_ref()
+            .map_or(0, |s| s.bytes.len() + s.key_id.len());
     let headers = response.map_or(0, |r| {
         r.headers
             .iter()

@@ -45,6 +45,10 @@ pub(super) struct Meta<'a> {
     /// `not_executed`).
     #[serde(default, borrow)]
     pub settled: Option<Cow<'a, str>>,
+    /// The id of the key that sealed the response (`store.encryption`); the body
+    /// section then holds the sealed bytes.
+    #[serde(default, borrow)]
+    pub sealed: Option<Cow<'a, str>>,
 }
 
 impl<'a> Meta<'a> {
@@ -113,6 +117,10 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         Some(()) => Some(Cow::Borrowed(c.string()?)),
         None => None,
     };
+    let sealed = match c.lit(b",\"sealed\":") {
+        Some(()) => Some(Cow::Borrowed(c.string()?)),
+        None => None,
+    };
     c.lit(b"}")?;
     if !c.0.is_empty() {
         return None;
@@ -132,6 +140,7 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         trace,
         sent_at_ms,
         settled,
+        sealed,
     })
 }
 

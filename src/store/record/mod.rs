@@ -62,6 +62,9 @@ pub struct Record {
     pub sent_at_ms: u64,
     /// How an unknown outcome was settled, if it was.
     pub settled: Option<Settled>,
+    /// The response sealed at rest (`store.encryption`), in place of `response` until
+    /// opened. Boxed: without encryption it stays a pointer.
+    pub sealed: Option<Box<super::seal::Sealed>>,
 }
 
 /// How an attempt whose outcome was unknown got settled (SPEC §1 "Unknown outcomes").
@@ -180,6 +183,7 @@ impl Record {
             trace: None,
             sent_at_ms: now,
             settled: None,
+            sealed: None,
         }
     }
 
@@ -198,6 +202,7 @@ impl Record {
             state: RecordState::Completed,
             expires_at_ms: after_ms(now_ms(), retention),
             response: Some(response),
+            sealed: None,
             ..self.clone()
         }
     }
@@ -215,6 +220,7 @@ impl Record {
             trace: None,
             sent_at_ms: now,
             settled: None,
+            sealed: None,
             ..self.clone()
         }
     }
@@ -230,6 +236,7 @@ impl Record {
             response: None,
             trace: None,
             settled: None,
+            sealed: None,
             ..self.clone()
         }
     }
@@ -249,6 +256,7 @@ impl Record {
             expires_at_ms: after_ms(now_ms(), retention),
             response: Some(response),
             settled: Some(how),
+            sealed: None,
             ..self.clone()
         }
     }
@@ -262,6 +270,7 @@ impl Record {
             expires_at_ms: now_ms(),
             response: None,
             settled: Some(Settled::NotExecuted),
+            sealed: None,
             ..self.clone()
         }
     }

@@ -1,0 +1,220 @@
+//! Stored responses sealed at rest (SPEC §1 "Stored responses", `store.encryption`).
+//!
+//! A completed record's status, headers and body are sealed together with AES-256-GCM;
+//! what stays readable is what the store needs to work (key hash, state, token,
+//! timestamps, attempt, fingerprint and credential hashes). The nonce is fresh per
+//! record (96 random bits from the system's CSPRNG) and the record's store key is the
+//! associated data, so a sealed value copied under another key does not open.
+//!
+//! The cipher is `ring`'s AEAD: `ring` is already in the binary under rustls, is
+//! maintained and audited, and its AES-GCM uses the CPU's AES and carry-less multiply
+//! instructions in constant time — no second crypto stack for the same primitive.
+//!
+//! The first key seals; every key opens (rotation: add the new key first, drop the old
+//! one after `retention`). A sealed record says which key sealed it, so opening tries
+//! that key only.
+
+use std::fmt;
+use std::path::Path;
+
+use base64::Engine;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderName, HeaderValue};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use super::{Record, StoredResponse};
+use crate::key::StoreKey;
+
+/// A stored response as sealed bytes: `nonce || ciphertext || tag`, and the id of the
+/// key that sealed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sealed {
+    pub key_id: String,
+    pub bytes: Bytes,
+}
+
+/// The keys of `store.encryption`, loaded from their files. Its `Debug` shows the ids
+/// only: key material never reaches a log line.
+pub struct Keyring {
+    keys: Vec<(String, LessSafeKey)>,
+}
+
+/// A sealed record none of the keys opens (a dropped key, a replica without keys, a
+/// value copied under another key, tampering).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreadable(pub String);
+
+/// 32 random bytes from the system's CSPRNG, in base64: `idem keys new-encryption-key`.
+pub fn new_key_base64() -> String {
+    let mut key = [0u8; 32];
+    // The system CSPRNG does not fail on the systems idem runs on; `rand` is the fallback.
+    if SystemRandom::new().fill(&mut key).is_err() {
+        key = rand::random();
+    }
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+impl Keyring {
+    /// Load `(id, file)` pairs; each file holds 32 bytes in base64 (a Kubernetes Secret
+    /// key). Errors name the file, never its content.
+    pub fn load(keys: &[(String, std::path::PathBuf)]) -> Result<Keyring, String> {
+        let mut loaded = Vec::with_capacity(keys.len());
+        for (id, file) in keys {
+            loaded.push((id.clone(), read_key(file)?));
+        }
+        if loaded.is_empty() {
+            return Err("list at least one key: the first seals, all open".to_owned());
+        }
+        Ok(Keyring { keys: loaded })
+    }
+
+    /// The ids, sealing key first.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(|(id, _)| id.as_str())
+    }
+
+    /// Seal `record`'s response (if it has one) under `store_key` with the first key.
+    pub fn seal(&self, record: &mut Record, store_key: &StoreKey) {
+        let Some(response) = record.response.take() else {
+            return;
+        };
+        let (id, key) = &self.keys[0];
+        let mut nonce = [0u8; NONCE_LEN];
+        if SystemRandom::new().fill(&mut nonce).is_err() {
+            nonce = rand::random();
+        }
+        let mut out = BytesMut::with_capacity(NONCE_LEN + plaintext_len(&response) + 16);
+        out.extend_from_slice(&nonce);
+        let mut text = plaintext(&response);
+        let aad = Aad::from(&store_key.0);
+        // Sealing with a valid key cannot fail for inputs under 64 GiB.
+        if key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), aad, &mut text)
+            .is_ok()
+        {
+            out.extend_from_slice(&text);
+            record.sealed = Some(Box::new(Sealed {
+                key_id: id.clone(),
+                bytes: out.freeze(),
+            }));
+        } else {
+            record.response = Some(response);
+        }
+    }
+
+    /// Open `record`'s sealed response under `store_key`, in place.
+    pub fn open(&self, record: &mut Record, store_key: &StoreKey) -> Result<(), Unreadable> {
+        let Some(sealed) = record.sealed.take() else {
+            return Ok(());
+        };
+        let Some((_, key)) = self.keys.iter().find(|(id, _)| *id == sealed.key_id) else {
+            let message = format!("sealed with key {:?}, which is not listed", sealed.key_id);
+            return Err(Unreadable(message));
+        };
+        let fail = || Unreadable(format!("does not open with key {:?}", sealed.key_id));
+        if sealed.bytes.len() < NONCE_LEN {
+            return Err(fail());
+        }
+        let (nonce, text) = sealed.bytes.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| fail())?;
+        let mut text = text.to_vec();
+        let opened = key
+            .open_in_place(nonce, Aad::from(&store_key.0), &mut text)
+            .map_err(|_| fail())?;
+        record.response = Some(parse(opened).ok_or_else(fail)?);
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyring")
+            .field("ids", &self.ids().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn read_key(file: &Path) -> Result<LessSafeKey, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read key file {}: {e}", file.display()))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| format!("key file {} is not base64", file.display()))?;
+    if bytes.len() != 32 {
+        return Err(format!(
+            "key file {} holds {} bytes; AES-256 needs 32 (make one with `idem keys new-encryption-key`)",
+            file.display(),
+            bytes.len()
+        ));
+    }
+    let key = UnboundKey::new(&AES_256_GCM, &bytes)
+        .map_err(|_| format!("key file {} is not a usable key", file.display()))?;
+    Ok(LessSafeKey::new(key))
+}
+
+/// `status u16 | header count u16 | (name len u16, name, value len u32, value)* |
+/// body flag u8 | body`.
+fn plaintext(response: &StoredResponse) -> Vec<u8> {
+    let mut out = Vec::with_capacity(plaintext_len(response) + 16);
+    out.put_u16(response.status);
+    out.put_u16(u16::try_from(response.headers.len()).unwrap_or(u16::MAX));
+    for (name, value) in response.headers.iter().take(usize::from(u16::MAX)) {
+        out.put_u16(name.as_str().len() as u16);
+        out.put_slice(name.as_str().as_bytes());
+        out.put_u32(value.len() as u32);
+        out.put_slice(value.as_bytes());
+    }
+    match &response.body {
+        Some(body) => {
+            out.put_u8(1);
+            out.put_slice(body);
+        }
+        None => out.put_u8(0),
+    }
+    out
+}
+
+fn plaintext_len(response: &StoredResponse) -> usize {
+    let headers: usize = response
+        .headers
+        .iter()
+        .map(|(n, v)| 6 + n.as_str().len() + v.len())
+        .sum();
+    5 + headers + response.body.as_ref().map_or(0, Bytes::len)
+}
+
+fn parse(mut text: &[u8]) -> Option<StoredResponse> {
+    let need = |text: &[u8], n: usize| (text.remaining() >= n).then_some(());
+    need(text, 4)?;
+    let status = text.get_u16();
+    let count = text.get_u16();
+    let mut headers = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        need(text, 2)?;
+        let len = usize::from(text.get_u16());
+        need(text, len)?;
+        let name = HeaderName::from_bytes(&text[..len]).ok()?;
+        text.advance(len);
+        need(text, 4)?;
+        let len = text.get_u32() as usize;
+        need(text, len)?;
+        let value = HeaderValue::from_bytes(&text[..len]).ok()?;
+        text.advance(len);
+        headers.push((name, value));
+    }
+    need(text, 1)?;
+    let body = match text.get_u8() {
+        1 => Some(Bytes::copy_from_slice(text)),
+        _ => None,
+    };
+    Some(StoredResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests;
