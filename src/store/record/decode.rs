@@ -79,7 +79,9 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
         sent_at_ms: meta.sent_at_ms.unwrap_or(meta.created_at_ms),
         settled: match meta.settled.as_deref() {
             None => None,
-            Some(name) => Some(Settled::from_name(name).ok_or_else(|| corrupt("unknown settlement"))?),
+            Some(name) => {
+                Some(Settled::from_name(name).ok_or_else(|| corrupt("unknown settlement"))?)
+            }
         },
     })
 }
