@@ -29,7 +29,7 @@ pub mod postgres;
 pub mod record;
 pub mod redis;
 mod shared;
-mod task;
+pub(crate) mod task;
 pub mod watch;
 
 use std::time::Duration;
