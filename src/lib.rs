@@ -11,10 +11,15 @@
 //!   PostgreSQL) behind one narrow interface; [`store::SharedStore`] is the handle every
 //!   worker clones.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom; the duplicate's
-//!   decision is one pure function in `proxy/decide.rs`; `proxy/outbound.rs` streams the
-//!   answer and holds only its end; `proxy/control.rs` is the reload side.
-//! - [`upstream`]: the upstream HTTP client, its body and error types, and the one
-//!   classifier of what happened to a call (not sent / ambiguous / answered).
+//!   decision and the outcome classes are pure functions in `proxy/decide.rs`; the
+//!   protected flow is `proxy/idempotency/` (unknown outcomes in `unknown.rs`); every
+//!   upstream call is one exchange, `proxy/exchange/` (with an answer extractor for plain
+//!   HTTP and MCP); `proxy/outbound.rs` streams the answer and holds only its end;
+//!   `proxy/context.rs` carries a request's spans and store timings;
+//!   `proxy/control.rs` is the reload side.
+//! - [`upstream`]: the upstream HTTP client (pooled connections driven inline), its body
+//!   with the one timed frame read, and the classifier of what happened to a call (not
+//!   sent / ambiguous / answered).
 //! - [`server`], [`workers`]: the proxy listener, per-worker runtimes, connection limits,
 //!   graceful drain.
 //! - [`admin`], [`admin_client`]: health, readiness, metrics and key admin on a separate

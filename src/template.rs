@@ -182,13 +182,23 @@ impl Template {
     /// even when another placeholder of the same template is missing: it tells the
     /// caller more than "no key".
     pub fn render(&self, req: &RequestView<'_>) -> Result<Option<String>, RenderError> {
+        self.render_with(req, String::push_str)
+    }
+
+    /// As [`Template::render`], each placeholder's value written by `push` (a URL
+    /// encoder, for a reconciliation lookup's path).
+    pub fn render_with(
+        &self,
+        req: &RequestView<'_>,
+        push: impl Fn(&mut String, &str),
+    ) -> Result<Option<String>, RenderError> {
         let mut out = String::with_capacity(self.source.len() + 32);
         let mut resolved = true;
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
                 Part::Placeholder(source) => match resolve(source, req)? {
-                    Some(value) => out.push_str(&value),
+                    Some(value) => push(&mut out, &value),
                     None => resolved = false,
                 },
             }

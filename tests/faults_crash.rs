@@ -89,19 +89,28 @@ async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
     assert_eq!(again.body, successor.body);
 }
 
-/// The time left on the one reservation in `redis`, as Redis counts it (`PTTL`), and
-/// the instant it was asked for: the lease ends no earlier than that instant plus it.
+/// The time left on the lease of the one reservation in `redis` (the record's own
+/// deadline: the record itself outlives its lease), and the instant it was asked for.
 fn lease_left(redis: &RedisServer) -> (Instant, Duration) {
     let keys = redis.command(&["KEYS", "idem:*"]);
     let key = keys
         .lines()
         .find(|l| l.starts_with("idem:"))
         .unwrap_or_else(|| panic!("no reservation in Redis: {keys:?}"));
+    let value = redis.command(&["GET", key]);
     let asked = Instant::now();
-    let pttl = redis.command(&["PTTL", key]);
-    let ms: i64 = pttl.trim().trim_start_matches(':').parse().expect("PTTL");
-    assert!(ms > 0, "no lease left: {pttl:?}");
-    (asked, Duration::from_millis(ms as u64))
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let lease_end: u64 = value
+        .split("\"expires_at_ms\":")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_else(|| panic!("no lease in the record: {value:?}"));
+    assert!(lease_end > now_ms, "no lease left: {value:?}");
+    (asked, Duration::from_millis(lease_end - now_ms))
 }
 
 /// SIGKILL while the lease was being renewed (every lease/3 = 400 ms). The reservation
@@ -165,7 +174,7 @@ async fn killed_owner_then_a_burst_of_retries_forwards_exactly_one() {
     let ((retried, refused, retry_answered), (burst, burst_sent)) = tokio::join!(retry, burst);
     let retried_at = env.upstream.received()[1].at;
     let freed = retried_at - killed;
-    // Idem compares the record's own expiry, written a moment before Redis's TTL was set.
+    // Idem compares the record's own lease deadline.
     assert!(
         retried_at + Duration::from_millis(50) >= lease_end,
         "executed {:?} before the lease ended",

@@ -13,8 +13,8 @@ use http::{HeaderName, Method, Uri};
 
 use super::{
     AdminConfig, BodyFingerprint, Config, DefaultAction, FingerprintSpec, KeyFormat, OnAmbiguous,
-    OnConcurrent, OnFailure, OnStoreError, PostgresConfig, RedisConfig, RedisMode, RoutePolicy,
-    ServerConfig, StatusSet, StoreBackend, StoreConfig, UpstreamConfig,
+    OnConcurrent, OnFailure, OnStoreError, OnUnknown, PostgresConfig, RedisConfig, RedisMode,
+    RoutePolicy, ServerConfig, StatusSet, StoreBackend, StoreConfig, UpstreamConfig,
 };
 use crate::path::PathTemplate;
 use crate::template::Template;
@@ -140,6 +140,9 @@ impl RoutePolicy {
             wait_timeout: WAIT_TIMEOUT,
             on_failure: OnFailure::Replay,
             on_ambiguous: OnAmbiguous::Hold,
+            on_unknown: OnUnknown::Retry,
+            upstream_key_window: None,
+            reconcile: None,
             max_request_bytes: MAX_BODY_BYTES,
             max_response_bytes: MAX_BODY_BYTES,
             forward_key_header: HeaderName::from_static(FORWARD_KEY_HEADER),

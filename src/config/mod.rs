@@ -27,6 +27,7 @@ mod load;
 mod load_tests;
 mod mcp;
 mod policy;
+mod reconcile;
 mod routes;
 mod sections;
 mod table;
@@ -38,6 +39,7 @@ mod walk;
 mod yaml;
 
 pub use choice::Choice;
+pub use reconcile::Reconcile;
 
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};
@@ -263,6 +265,13 @@ pub struct RoutePolicy {
     pub wait_timeout: Duration,
     pub on_failure: OnFailure,
     pub on_ambiguous: OnAmbiguous,
+    /// What a repeat of an attempt whose outcome is unknown (its lease ended) gets.
+    pub on_unknown: OnUnknown,
+    /// How long the upstream deduplicates a forwarded key; `None`: as long as idem
+    /// keeps the record. `on_unknown: retry` forwards again only within it.
+    pub upstream_key_window: Option<Duration>,
+    /// The lookup of `on_unknown: reconcile` (always set with it, checked at load).
+    pub reconcile: Option<Arc<Reconcile>>,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
     pub forward_key_header: HeaderName,
@@ -348,6 +357,18 @@ pub enum OnFailure {
 pub enum OnAmbiguous {
     Hold,
     Release,
+}
+
+/// `on_unknown` (SPEC §1 "Unknown outcomes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "snake_case")]
+pub enum OnUnknown {
+    /// Forward again with the same upstream key, within `upstream_key_window`.
+    Retry,
+    /// Ask the upstream's records first (`reconcile:`).
+    Reconcile,
+    /// 409 `outcome_unknown` until an operator resolves it.
+    Hold,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]

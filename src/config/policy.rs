@@ -6,16 +6,18 @@
 //! where it was written, so a check on the merged route (e.g. `lease` < `retention`)
 //! points at the line that set the offending value, whether a route or `defaults:`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
 
+use super::reconcile;
 use super::sections::nonzero;
 use super::values::{self, FingerprintPart, StatusEntry};
 use super::walk::{At, Fields, Walker};
 use super::yaml::{Node, Value};
 use super::{BodyFingerprint, FingerprintSpec, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure};
-use super::{RoutePolicy, StatusSet};
+use super::{OnUnknown, Reconcile, RoutePolicy, StatusSet};
 use crate::template::Template;
 
 /// Every field a route shares with `defaults:`.
@@ -33,6 +35,9 @@ pub(crate) const POLICY_FIELDS: &[&str] = &[
     "wait_timeout",
     "on_failure",
     "on_ambiguous",
+    "on_unknown",
+    "upstream_key_window",
+    "reconcile",
     "max_request_bytes",
     "max_response_bytes",
     "forward_key_header",
@@ -56,6 +61,9 @@ pub(crate) struct PolicyFields {
     pub wait_timeout: Option<At<Duration>>,
     pub on_failure: Option<At<OnFailure>>,
     pub on_ambiguous: Option<At<OnAmbiguous>>,
+    pub on_unknown: Option<At<OnUnknown>>,
+    pub upstream_key_window: Option<At<Duration>>,
+    pub reconcile: Option<At<Arc<Reconcile>>>,
     pub max_request_bytes: Option<At<usize>>,
     pub max_response_bytes: Option<At<usize>>,
     pub forward_key_header: Option<At<HeaderName>>,
@@ -109,6 +117,7 @@ impl PolicyFields {
         let lease = w.duration(f, "lease");
         let retention = w.duration(f, "retention");
         let max_request_bytes = w.size(f, "max_request_bytes");
+        let upstream_key_window = w.duration(f, "upstream_key_window");
         let scope = w.field(f, "scope", |s| match s {
             "" => Ok(Template::empty()),
             s => values::template(s),
@@ -127,6 +136,12 @@ impl PolicyFields {
             wait_timeout: w.duration(f, "wait_timeout"),
             on_failure: w.choice(f, "on_failure"),
             on_ambiguous: w.choice(f, "on_ambiguous"),
+            on_unknown: w.choice(f, "on_unknown"),
+            upstream_key_window: nonzero_at(w, upstream_key_window),
+            reconcile: f.get("reconcile").and_then(|node| {
+                let read = reconcile::read(w, node, &f.path("reconcile"))?;
+                Some(read.map(Arc::new))
+            }),
             max_request_bytes: nonzero_at(w, max_request_bytes),
             max_response_bytes: w.size(f, "max_response_bytes"),
             forward_key_header: w.field(f, "forward_key_header", values::forward_header),
@@ -157,6 +172,11 @@ impl PolicyFields {
             wait_timeout: self.wait_timeout.or_else(|| d.wait_timeout.clone()),
             on_failure: self.on_failure.or_else(|| d.on_failure.clone()),
             on_ambiguous: self.on_ambiguous.or_else(|| d.on_ambiguous.clone()),
+            on_unknown: self.on_unknown.or_else(|| d.on_unknown.clone()),
+            upstream_key_window: self
+                .upstream_key_window
+                .or_else(|| d.upstream_key_window.clone()),
+            reconcile: self.reconcile.or_else(|| d.reconcile.clone()),
             max_request_bytes: self
                 .max_request_bytes
                 .or_else(|| d.max_request_bytes.clone()),
@@ -195,6 +215,13 @@ impl PolicyFields {
         put(&mut route.wait_timeout, &self.wait_timeout);
         put(&mut route.on_failure, &self.on_failure);
         put(&mut route.on_ambiguous, &self.on_ambiguous);
+        put(&mut route.on_unknown, &self.on_unknown);
+        if let Some(window) = &self.upstream_key_window {
+            route.upstream_key_window = Some(window.value);
+        }
+        if let Some(reconcile) = &self.reconcile {
+            route.reconcile = Some(reconcile.value.clone());
+        }
         put(&mut route.max_request_bytes, &self.max_request_bytes);
         put(&mut route.max_response_bytes, &self.max_response_bytes);
         put(&mut route.forward_key_header, &self.forward_key_header);

@@ -11,7 +11,7 @@ use super::validate;
 use super::values;
 use super::walk::{At, Walker};
 use super::yaml::Node;
-use super::{mcp, BodyFingerprint, OnConcurrent, RoutePolicy};
+use super::{mcp, BodyFingerprint, OnConcurrent, OnUnknown, RoutePolicy};
 use crate::path::PathTemplate;
 use crate::template::Template;
 use http::Method;
@@ -146,6 +146,16 @@ fn check_mcp_templates(w: &mut Walker<'_>, fields: &PolicyFields, is_mcp: bool) 
     }
     if let Some(scope) = &fields.scope {
         mcp::check_template(w, scope, is_mcp);
+    }
+    // A lookup answers in the upstream's REST terms, not as the call's JSON-RPC result.
+    let reconciles = fields.on_unknown.as_ref();
+    if let (true, Some(at)) = (
+        is_mcp,
+        reconciles.filter(|a| a.value == OnUnknown::Reconcile),
+    ) {
+        let message = "on MCP routes an unknown outcome is retried or held (on_unknown: retry \
+                       or hold): a reconciliation lookup cannot answer as the tool's result";
+        w.error(at.pos, &at.path, message);
     }
     if let (true, Some(fp)) = (is_mcp, &fields.fingerprint) {
         if let BodyFingerprint::Fields(paths) = &fp.value.body {

@@ -10,7 +10,7 @@ use super::policy::PolicyFields;
 use super::routes::ReadRoute;
 use super::units::format_duration;
 use super::walk::{At, Walker};
-use super::{defaults, OnConcurrent};
+use super::{defaults, OnConcurrent, OnUnknown};
 use crate::path::PathTemplate;
 use crate::template::{Part, Template};
 
@@ -26,6 +26,7 @@ pub(crate) fn route(w: &mut Walker<'_>, name: &str, path: &PathTemplate, fields:
         check_path_names(w, scope, path);
     }
     check_lease(w, name, fields);
+    check_unknown(w, name, fields);
     check_wait_timeout(w, fields);
 }
 
@@ -116,6 +117,35 @@ fn check_lease(w: &mut Walker<'_>, route: &str, fields: &PolicyFields) {
             format_duration(l.value)
         );
         w.warn(l.pos, &l.path, message);
+    }
+}
+
+/// SPEC §1 "Unknown outcomes": the reservation must expire well before the provider
+/// forgets the key, and `reconcile` needs its lookup.
+fn check_unknown(w: &mut Walker<'_>, route: &str, fields: &PolicyFields) {
+    let lease = fields.lease.as_ref().map_or(defaults::LEASE, |a| a.value);
+    if let Some(window) = fields
+        .upstream_key_window
+        .as_ref()
+        .filter(|a| a.value <= lease)
+    {
+        let message = format!(
+            "upstream_key_window ({}) must be longer than the lease ({}) in route {route:?}: \
+             an attempt's lease must end well before the upstream forgets its key, or a retry \
+             after the lease could run the side effect again",
+            format_duration(window.value),
+            format_duration(lease),
+        );
+        w.error(window.pos, &window.path, message);
+    }
+    let on_unknown = fields.on_unknown.as_ref();
+    if on_unknown.is_some_and(|a| a.value == OnUnknown::Reconcile) && fields.reconcile.is_none() {
+        let at = on_unknown.expect("checked above");
+        let message = format!(
+            "on_unknown: reconcile in route {route:?} needs a reconcile: request, e.g. \
+             reconcile: {{path: \"/v1/charges/search?idempotency_key={{key}}\", found: [200], absent: [404]}}"
+        );
+        w.error(at.pos, &at.path, message);
     }
 }
 

@@ -6,10 +6,12 @@
 //! - [`settle`]: the winner's — the outcome classes, what a finished exchange with the
 //!   upstream does to the reservation (store, release, hold).
 //!
-//! An expired lease never reaches this table: taking it over is the store's atomic
-//! reservation (Redis drops the key at `PX`, the memory store at its deadline, the SQL
-//! store's insert replaces an expired row). A waiting duplicate naps until the lease's
-//! end at the latest, then reserves again — that is where it takes over a dead owner.
+//! An attempt outlives its lease (SPEC §1 "Unknown outcomes"): a record in progress
+//! whose lease has ended is an **unknown outcome**, and what a repeat gets is the
+//! route's `on_unknown` — forward again under a new lease (`retry`, within
+//! `upstream_key_window`), ask the upstream first (`reconcile`), or 409 `outcome_unknown`
+//! (`hold`). Taking it over is a fenced store write ([`crate::store::Store::take_over`]).
+//! A waiting duplicate naps until the lease's end at the latest, then looks again.
 
 use std::time::Duration;
 
@@ -17,9 +19,9 @@ use bytes::Bytes;
 
 use super::intent::Intent;
 use super::outcome::Outcome;
-use super::problem::{self, Problem};
-use crate::config::{OnAmbiguous, OnFailure, RoutePolicy};
-use crate::store::{Record, RecordState, StoredResponse, Token};
+use super::problem::{self, Problem, UnknownBecause};
+use crate::config::{OnAmbiguous, OnFailure, OnUnknown, RoutePolicy};
+use crate::store::{Record, RecordState, Settled, StoredResponse, Token};
 
 /// The longest a waiting duplicate sleeps between looks at the record: a safety net
 /// against a lost wake-up notification.
@@ -42,6 +44,11 @@ pub enum Decision<'r> {
     NewAttempt,
     /// Still in progress and the route waits: wait for a change, at most `nap`.
     Wait { nap: Duration },
+    /// An unknown outcome (`on_unknown: retry` within the key window, or settled as not
+    /// executed): take the attempt over and forward it again, same upstream key.
+    Retry,
+    /// An unknown outcome under `on_unknown: reconcile`: ask the upstream first.
+    Reconcile,
     /// Answer with this problem, counted as `outcome`.
     Refuse(Problem, Outcome),
 }
@@ -79,6 +86,8 @@ pub fn decide<'r>(
                 }
             }
         }
+        // In progress, its lease ended: the outcome is unknown.
+        _ if existing.lease_ended(now_ms) => unknown(existing, policy, now_ms),
         // In progress (a completed record always carries its response).
         _ if may_wait => {
             // Wake on completion, at the lease's end (its owner may have died), or after
@@ -92,6 +101,28 @@ pub fn decide<'r>(
             let p = problem::in_progress(&policy.name, retry_after_secs(existing, now_ms));
             Decision::Refuse(p, Outcome::Conflict)
         }
+    }
+}
+
+/// A repeat of an attempt whose outcome is unknown (SPEC §1, the `on_unknown` table).
+fn unknown<'r>(existing: &Record, policy: &RoutePolicy, now_ms: u64) -> Decision<'r> {
+    if existing.settled == Some(Settled::NotExecuted) {
+        return Decision::Retry;
+    }
+    let refuse = |because| {
+        let p = problem::outcome_unknown(&policy.name, existing.sent_at_ms, because, None);
+        Decision::Refuse(p, Outcome::Conflict)
+    };
+    match policy.on_unknown {
+        OnUnknown::Retry => {
+            let age = Duration::from_millis(now_ms.saturating_sub(existing.sent_at_ms));
+            match policy.upstream_key_window {
+                Some(window) if age >= window => refuse(UnknownBecause::KeyWindowPassed),
+                _ => Decision::Retry,
+            }
+        }
+        OnUnknown::Reconcile => Decision::Reconcile,
+        OnUnknown::Hold => refuse(UnknownBecause::Held),
     }
 }
 
@@ -130,8 +161,8 @@ pub enum Settle {
     Store,
     /// Delete the reservation: a retry is forwarded again, with the same upstream key.
     Release,
-    /// Keep the reservation, unrenewed, until its lease ends: repeats get 409 meanwhile,
-    /// then one retry is forwarded with the same upstream key.
+    /// Keep the reservation, unrenewed: repeats get 409 until its lease ends, then it
+    /// is an unknown outcome (`on_unknown`).
     Hold,
 }
 

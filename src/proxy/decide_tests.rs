@@ -6,9 +6,10 @@ use bytes::Bytes;
 use http::Method;
 
 use super::*;
-use crate::config::{OnAmbiguous, OnFailure, StatusSet};
+use crate::config::{OnAmbiguous, OnFailure, OnUnknown, StatusSet};
 use crate::key::StoreKey;
 use crate::route::tests::policy;
+use crate::store::Settled;
 
 const NOW: u64 = 1_800_000_000_000;
 
@@ -106,7 +107,7 @@ fn other_request_under_the_key_is_422_completed_or_in_progress() {
 
 #[test]
 fn in_progress_conflicts_with_retry_after_from_the_lease() {
-    let cases = [(2_500, "3"), (30_000, "30"), (0, "1"), (1, "1")];
+    let cases = [(2_500, "3"), (30_000, "30"), (1, "1")];
     for (left_ms, retry_after) in cases {
         let r = in_progress(left_ms);
         let Decision::Refuse(p, outcome) = decide(&r, &intent(), &mine(), &route(), false, NOW)
@@ -122,7 +123,7 @@ fn in_progress_conflicts_with_retry_after_from_the_lease() {
 
 #[test]
 fn in_progress_waits_until_the_lease_ends_at_most_a_second() {
-    for (left_ms, nap_ms) in [(200, 205), (30_000, 1_000), (0, 5)] {
+    for (left_ms, nap_ms) in [(200, 205), (30_000, 1_000), (1, 6)] {
         let r = in_progress(left_ms);
         match decide(&r, &intent(), &mine(), &route(), true, NOW) {
             Decision::Wait { nap } => assert_eq!(nap, Duration::from_millis(nap_ms)),
@@ -206,4 +207,75 @@ fn store_statuses_choose_what_is_stored_but_never_the_transient_four() {
     assert_eq!(settle(Exchanged::Answered(404), &p), Settle::Store);
     assert_eq!(settle(Exchanged::Answered(402), &p), Settle::Release);
     assert_eq!(settle(Exchanged::Answered(409), &p), Settle::Release);
+}
+
+/// An attempt whose lease ended `ago_ms` before `NOW`, first sent `sent_ago_ms` before.
+fn unknown(ago_ms: u64, sent_ago_ms: u64) -> Record {
+    let mut r = in_progress(0);
+    r.expires_at_ms = NOW - ago_ms;
+    r.sent_at_ms = NOW - sent_ago_ms;
+    r
+}
+
+#[test]
+fn unknown_outcome_follows_on_unknown() {
+    let mut route = route();
+    // retry (the default), no window: forward again, however old.
+    let r = unknown(0, 7 * 24 * 3_600_000);
+    assert!(matches!(
+        decide(&r, &intent(), &mine(), &route, false, NOW),
+        Decision::Retry
+    ));
+    // A waiting duplicate does not wait for an attempt nobody holds.
+    assert!(matches!(
+        decide(&r, &intent(), &mine(), &route, true, NOW),
+        Decision::Retry
+    ));
+    // retry within the window, then as hold past it (measured from the first send).
+    route.upstream_key_window = Some(Duration::from_secs(3_600));
+    let fresh = unknown(1, 3_599_999);
+    assert!(matches!(
+        decide(&fresh, &intent(), &mine(), &route, false, NOW),
+        Decision::Retry
+    ));
+    let old = unknown(1, 3_600_000);
+    let (status, code, outcome) = refused(decide(&old, &intent(), &mine(), &route, false, NOW));
+    assert_eq!(
+        (status, code.as_str(), outcome),
+        (409, "outcome_unknown", Outcome::Conflict)
+    );
+    // reconcile: ask first.
+    route.on_unknown = OnUnknown::Reconcile;
+    assert!(matches!(
+        decide(&fresh, &intent(), &mine(), &route, false, NOW),
+        Decision::Reconcile
+    ));
+    // hold: 409 without Retry-After, until a person settles it.
+    route.on_unknown = OnUnknown::Hold;
+    let Decision::Refuse(p, _) = decide(&fresh, &intent(), &mine(), &route, false, NOW) else {
+        panic!("hold refuses")
+    };
+    assert_eq!(p.code, "outcome_unknown");
+    assert!(p.into_response().headers().get("retry-after").is_none());
+    // Settled as not executed by an operator: forwarded again whatever the route says.
+    let mut settled = fresh.clone();
+    settled.settled = Some(Settled::NotExecuted);
+    assert!(matches!(
+        decide(&settled, &intent(), &mine(), &route, false, NOW),
+        Decision::Retry
+    ));
+}
+
+#[test]
+fn an_unknown_outcome_is_still_checked_for_credentials_and_payload() {
+    let mut route = route();
+    route.on_unknown = OnUnknown::Hold;
+    let mut r = unknown(1, 1);
+    r.credentials = [8; 32];
+    let (status, code, _) = refused(decide(&r, &intent(), &mine(), &route, false, NOW));
+    assert_eq!((status, code.as_str()), (403, "credential_mismatch"));
+    let mut r = unknown(1, 1);
+    r.fingerprint = [8; 32];
+    let (status, code, _) = refused(decide(&r, &intent(), &mine(), &route, false, NOW));
+    assert_eq!((status, code.as_str()), (422, "idempotency_key_reused"));
 }

@@ -81,7 +81,8 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
             )))
         }
     };
-    let holder = LeaseHolder::new(cx.clone(), key, record, policy.lease, waiters);
+    let times = (policy.lease, policy.retention);
+    let holder = LeaseHolder::new(cx.clone(), key, record, times, waiters);
     let (holder, ended) = renewing(holder, std::pin::Pin::new(&mut work)).await;
     drop(work);
     let took = started.elapsed().as_secs_f64();
@@ -113,7 +114,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         Exchanged::Ambiguous => {
             tracing::warn!(key = %key, %reason, "upstream outcome unknown");
             worker.metrics.upstream_failure(UpstreamFailure::Ambiguous);
-            let p = problem::upstream_timeout(held_for);
+            let p = problem::upstream_timeout(held_for, policy.on_unknown);
             out.fail(format.respond(p), reason).await;
         }
     }

@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// On a replay whose outcome came from the upstream's records (`on_unknown: reconcile`).
+pub const IDEMPOTENT_RECONCILED: HeaderName = HeaderName::from_static("idempotent-reconciled");
 pub const IDEMPOTENCY_DEGRADED: HeaderName = HeaderName::from_static("idempotency-degraded");
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");

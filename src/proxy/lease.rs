@@ -22,6 +22,9 @@ pub struct LeaseHolder {
     key: StoreKey,
     record: Record,
     lease: Duration,
+    /// How long the record lives (renewals keep it that long: an attempt outlives its
+    /// lease, so an unknown outcome is never forgotten).
+    retention: Duration,
     /// False once a renewal found the record taken over.
     owned: bool,
     /// Wake waiting duplicates (every replica) on completion. Only routes with
@@ -35,7 +38,7 @@ impl LeaseHolder {
         cx: RequestContext,
         key: StoreKey,
         record: Record,
-        lease: Duration,
+        (lease, retention): (Duration, Duration),
         notify: bool,
     ) -> Self {
         LeaseHolder {
@@ -43,6 +46,7 @@ impl LeaseHolder {
             key,
             record,
             lease,
+            retention,
             owned: true,
             notify,
         }
@@ -56,8 +60,13 @@ impl LeaseHolder {
     async fn renew(&mut self) {
         let record = self.record.renewed(self.lease);
         let store = &self.cx.worker.store;
-        let renewal =
-            store.replace_if_owner(&self.key, &self.record.token, &record, self.lease, false);
+        let renewal = store.replace_if_owner(
+            &self.key,
+            &self.record.token,
+            &record,
+            self.retention,
+            false,
+        );
         let (result, _) = self.cx.store_op(StoreOp::Renew, renewal).await;
         match result {
             Ok(true) => {
@@ -78,7 +87,7 @@ impl LeaseHolder {
         let release = store.release_if_owner(&self.key, &self.record.token);
         let (result, _) = self.cx.store_op(StoreOp::Release, release).await;
         if let Err(e) = result {
-            tracing::warn!(key = %self.key, error = %e, "release failed; the lease will expire");
+            tracing::warn!(key = %self.key, error = %e, "release failed; once its lease ends the attempt counts as an unknown outcome");
         }
     }
 
@@ -99,6 +108,7 @@ impl LeaseHolder {
                     key: self.key,
                     record: self.record.clone(),
                     lease: self.lease,
+                    retention: self.retention,
                     owned: self.owned,
                     notify: self.notify,
                 };
@@ -145,8 +155,8 @@ impl LeaseHolder {
         }
         tracing::error!(
             key = %self.key,
-            "outcome could not be recorded before the lease ended; a repeat will be forwarded \
-             again with the same upstream idempotency key"
+            "outcome could not be recorded before the lease ended; a repeat finds an unknown \
+             outcome and gets what the route's on_unknown says"
         );
     }
 

@@ -60,6 +60,20 @@ impl Outbound {
         }
     }
 
+    /// An exchange nobody waits on (a reconciliation lookup): frames are only held.
+    pub fn detached() -> Self {
+        Outbound {
+            reply: None,
+            head: None,
+            remaining: None,
+            last: None,
+            trailers: None,
+            tx: None,
+            finished: Arc::default(),
+            send_timeout: Duration::ZERO,
+        }
+    }
+
     /// The upstream's response head; `hint` is its body's size hint (exact for a
     /// `Content-Length` body).
     pub fn set_head(&mut self, head: Response<()>, hint: SizeHint) {

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use std::sync::Arc;
 
+use crate::config::OnUnknown;
 use crate::mcp::ToolCall;
 
 use super::body::{full, ProxyBody};
@@ -247,13 +248,25 @@ pub fn upstream_unavailable() -> Problem {
     )
 }
 
-pub fn upstream_timeout(held_for: Option<u64>) -> Problem {
+pub fn upstream_timeout(held_for: Option<u64>, on_unknown: OnUnknown) -> Problem {
+    let then = match on_unknown {
+        OnUnknown::Retry => {
+            "then forwarded again with the same idempotency key so the API can deduplicate it"
+        }
+        OnUnknown::Reconcile => {
+            "then idem asks the API whether it was executed and answers with that result, or \
+             forwards it again with the same idempotency key if it was not"
+        }
+        OnUnknown::Hold => {
+            "then 409 until a person settles it from the API's records; it is not executed \
+             again meanwhile"
+        }
+    };
     let detail = match held_for {
         Some(seconds) => format!(
             "The tool API did not answer in time. The request was sent, so the outcome is \
              unknown: it may or may not have been executed. Do not send it with a new key. A \
-             retry of the same request is answered 409 for up to {seconds} s, then forwarded \
-             again with the same idempotency key so the API can deduplicate it."
+             retry of the same request is answered 409 for up to {seconds} s, {then}."
         ),
         None => "The tool API did not answer in time. The request was sent, so the outcome is \
                  unknown: it may or may not have been executed. A retry of the same request is \
@@ -266,6 +279,59 @@ pub fn upstream_timeout(held_for: Option<u64>) -> Problem {
         "Upstream timeout",
         detail,
     )
+}
+
+/// Why a repeat of an unknown outcome is refused, for the detail a model reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownBecause {
+    /// `on_unknown: hold`.
+    Held,
+    /// `on_unknown: retry`, but the attempt is older than `upstream_key_window`.
+    KeyWindowPassed,
+    /// `on_unknown: reconcile`, and the lookup gave no answer.
+    LookupFailed,
+}
+
+/// 409 `outcome_unknown`: an earlier attempt was sent and its result is unknown.
+/// `retry_after`: when a repeat may be settled (a failed lookup); `None` when only a
+/// person settles it.
+pub fn outcome_unknown(
+    route: &str,
+    sent_at_ms: u64,
+    because: UnknownBecause,
+    retry_after: Option<u64>,
+) -> Problem {
+    let sent = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(sent_at_ms),
+    );
+    let next = match (because, retry_after) {
+        (UnknownBecause::LookupFailed, Some(seconds)) => format!(
+            "idem could not yet ask the tool API whether it happened; retry the same request \
+             in {seconds} s to receive its result."
+        ),
+        (UnknownBecause::KeyWindowPassed, _) => "It is too old to be sent again safely (the \
+             tool API no longer deduplicates its key), so it will be settled by a person from \
+             the API's records; until then every repeat gets this answer."
+            .to_owned(),
+        _ => "It will be settled by a person from the tool API's records; until then every \
+              repeat gets this answer. Tell the user the outcome is being checked."
+            .to_owned(),
+    };
+    let problem = Problem::new(
+        StatusCode::CONFLICT,
+        "outcome_unknown",
+        "Outcome unknown",
+        format!(
+            "The first attempt of this '{route}' request was sent at {sent} and its result is \
+             unknown: it may or may not have been executed. Do not send it again with a \
+             different idempotency key or different arguments: that could execute it twice. \
+             {next}"
+        ),
+    );
+    match retry_after {
+        Some(seconds) => problem.retry_after(seconds),
+        None => problem,
+    }
 }
 
 pub fn store_unavailable() -> Problem {
@@ -325,6 +391,16 @@ mod tests {
         assert_eq!(key_reused().status, 422);
         assert_eq!(upstream_unavailable().status, 502);
         assert_eq!(store_unavailable().status, 503);
-        assert_eq!(upstream_timeout(None).status, 504);
+        assert_eq!(upstream_timeout(None, OnUnknown::Retry).status, 504);
+        let held = outcome_unknown("charge", 0, UnknownBecause::Held, None);
+        assert_eq!(held.status, 409);
+        assert!(held
+            .into_response()
+            .headers()
+            .get(header::RETRY_AFTER)
+            .is_none());
+        let failed = outcome_unknown("charge", 0, UnknownBecause::LookupFailed, Some(2));
+        let failed = failed.into_response();
+        assert_eq!(failed.headers()[header::RETRY_AFTER], "2");
     }
 }

@@ -10,6 +10,9 @@
 //! - `x-mock-reset: true`: count the execution, then drop the connection unanswered.
 //!
 //! `GET /count?key=K` answers `{"count": n}` for the `--check-url` style check.
+//! `GET /lookup?key=K` is a provider's "find by idempotency key" (reconciliation): 200
+//! with `{"found": K, "executions": n, "lookup": seq}` once K was executed, else 404; a header
+//! `x-mock-lookup-status: N` forces status N (the lookup carries the repeat's headers).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -136,6 +139,46 @@ async fn handle(
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
+    if path == "/lookup" {
+        let key = parts
+            .uri
+            .query()
+            .and_then(|q| q.strip_prefix("key="))
+            .unwrap_or("");
+        let key = percent_encoding::percent_decode_str(key)
+            .decode_utf8_lossy()
+            .into_owned();
+        st.received.lock().unwrap().push(Received {
+            method: parts.method.to_string(),
+            path: format!("/lookup?key={key}"),
+            headers: parts.headers.clone(),
+            body: Bytes::new(),
+            at: Instant::now(),
+        });
+        let n = st
+            .executions
+            .lock()
+            .unwrap()
+            .get(&key)
+            .copied()
+            .unwrap_or(0);
+        let forced = num(&parts.headers, "x-mock-lookup-status");
+        return Ok(match (forced, n) {
+            (0, 0) => full(StatusCode::NOT_FOUND, "{\"error\":\"no such charge\"}"),
+            // Each answer numbered: an outcome settled twice would show two numbers.
+            (0, n) => full(
+                StatusCode::OK,
+                format!(
+                    "{{\"found\":{key:?},\"executions\":{n},\"lookup\":{}}}",
+                    st.seq.fetch_add(1, Ordering::SeqCst)
+                ),
+            ),
+            (status, _) => full(
+                StatusCode::from_u16(status as u16).unwrap_or(StatusCode::BAD_GATEWAY),
+                "{\"error\":\"forced\"}",
+            ),
+        });
+    }
     if path == "/count" {
         let key = parts
             .uri

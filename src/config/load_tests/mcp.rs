@@ -59,3 +59,13 @@ fn mcp_placeholders_need_an_mcp_route_and_tools() {
     ));
     has(&e, "list at least one tool");
 }
+
+#[test]
+fn an_mcp_route_cannot_reconcile() {
+    let e = errors(&mcp_route(
+        "    on_unknown: reconcile\n    reconcile: {path: \"/s?k={key}\"}\n",
+    ));
+    has(&e, "on MCP routes an unknown outcome is retried or held");
+    let c = ok(&mcp_route("    on_unknown: hold\n"));
+    assert_eq!(c.routes[0].on_unknown, OnUnknown::Hold);
+}

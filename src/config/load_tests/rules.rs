@@ -276,3 +276,56 @@ fn postgres_section_is_validated() {
     let ready = crate::app::readiness_timeout(&memory.store);
     assert_eq!(ready, std::time::Duration::from_millis(250));
 }
+
+#[test]
+fn unknown_outcome_settings_are_checked() {
+    let route = |fields: &str| {
+        format!("{MINIMAL}routes:\n  - name: charge\n    path: /c/{{id}}\n    key: \"c:{{path.id}}\"\n    lease: 30s\n{fields}")
+    };
+    has(
+        &errors(&route("    upstream_key_window: 30s\n")),
+        "routes[0].upstream_key_window: upstream_key_window (30s) must be longer than the lease (30s)",
+    );
+    has(
+        &errors(&route("    on_unknown: reconcile\n")),
+        "routes[0].on_unknown: on_unknown: reconcile in route \"charge\" needs a reconcile: request",
+    );
+    has(
+        &errors(&route("    on_unknown: guess\n")),
+        "valid values: retry, reconcile, hold",
+    );
+    has(
+        &errors(&route(
+            "    on_unknown: reconcile\n    reconcile: {path: /v1/charges}\n",
+        )),
+        "has no {key}",
+    );
+    has(
+        &errors(&route(
+            "    reconcile: {path: \"/s?k={key}\", found: [200], absent: [200]}\n",
+        )),
+        "status 200 is in both found and absent",
+    );
+    let c = ok(&route(
+        "    on_unknown: reconcile\n    upstream_key_window: 24h\n    reconcile: {method: POST, path: \"/v1/search?k={key}&i={path.id}\", absent: [404, 410], timeout: 3s}\n",
+    ));
+    let r = &c.routes[0];
+    assert_eq!(r.on_unknown, OnUnknown::Reconcile);
+    assert_eq!(
+        r.upstream_key_window,
+        Some(std::time::Duration::from_secs(86_400))
+    );
+    let lookup = r.reconcile.as_deref().unwrap();
+    assert_eq!(
+        (lookup.method.as_str(), lookup.found.as_slice()),
+        ("POST", &[200][..])
+    );
+    assert_eq!(lookup.absent, [404, 410]);
+    assert_eq!(lookup.timeout, std::time::Duration::from_secs(3));
+    // Defaults: retry, no window, no lookup.
+    let d = &ok(&route("")).routes[0];
+    assert_eq!(
+        (d.on_unknown, d.upstream_key_window),
+        (OnUnknown::Retry, None)
+    );
+}

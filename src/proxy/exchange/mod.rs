@@ -16,6 +16,8 @@ mod plain;
 pub use mcp::McpAnswer;
 pub use plain::StatusAnswer;
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{response, Request, Response};
 use http_body::{Body, SizeHint};
@@ -28,6 +30,7 @@ use super::headers::strip_hop_by_hop;
 use super::outbound::Outbound;
 use super::problem::{self, ProblemFormat};
 use super::Worker;
+use crate::config::{Reconcile, RoutePolicy};
 use crate::store::StoredResponse;
 use crate::traces::request::end_upstream;
 use crate::traces::RequestTrace;
@@ -72,14 +75,16 @@ impl UpstreamSpan {
     }
 }
 
-/// Send `request` and wait for its head, in the upstream span; classify what happened.
+/// Send `request` and wait at most `timeout` for its head, in the upstream span;
+/// classify what happened.
 async fn send(
     worker: &Worker,
     trace: Option<&RequestTrace>,
     mut request: Request<UpstreamBody>,
+    timeout: Duration,
 ) -> (Sent, UpstreamSpan) {
     let span = UpstreamSpan::start(trace, &mut request);
-    let sent = worker.client.send(request, worker.upstream.timeout).await;
+    let sent = worker.client.send(request, timeout).await;
     (sent, span)
 }
 
@@ -91,7 +96,7 @@ pub async fn forward(
     request: Request<UpstreamBody>,
     format: &ProblemFormat,
 ) -> Result<Response<ResponseBody>, Response<ProxyBody>> {
-    let (sent, span) = send(worker, trace, request).await;
+    let (sent, span) = send(worker, trace, request, worker.upstream.timeout).await;
     match sent {
         Sent::Answered(mut response) => {
             span.end(Some(response.status().as_u16()), None);
@@ -104,7 +109,10 @@ pub async fn forward(
         }
         Sent::Ambiguous(reason) => {
             span.end(None, Some(&reason));
-            Err(format.respond(problem::upstream_timeout(None)))
+            Err(format.respond(problem::upstream_timeout(
+                None,
+                crate::config::OnUnknown::Retry,
+            )))
         }
     }
 }
@@ -118,7 +126,8 @@ pub async fn execute<A: Answer>(
     out: Outbound,
 ) -> Ended {
     let worker = &*cx.worker;
-    let (sent, span) = send(worker, cx.trace(), request).await;
+    let timeout = worker.upstream.timeout;
+    let (sent, span) = send(worker, cx.trace(), request, timeout).await;
     let (ended, status) = match sent {
         Sent::NotSent(e) => (
             Ended::unanswered(Exchanged::NotSent, e.to_string(), out),
@@ -127,7 +136,6 @@ pub async fn execute<A: Answer>(
         Sent::Ambiguous(reason) => (Ended::unanswered(Exchanged::Ambiguous, reason, out), None),
         Sent::Answered(response) => {
             let status = response.status().as_u16();
-            let timeout = worker.upstream.timeout;
             (pump(response, answer, out, timeout).await, Some(status))
         }
     };
@@ -141,7 +149,7 @@ async fn pump<A: Answer>(
     response: Response<ResponseBody>,
     mut answer: A,
     mut out: Outbound,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> Ended {
     let (mut parts, mut body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -168,6 +176,57 @@ async fn pump<A: Answer>(
             stored,
             out,
         },
+    }
+}
+
+/// What a reconciliation lookup said about an attempt whose outcome was unknown.
+pub enum Lookup {
+    /// It happened: this answer is the outcome.
+    Found(StoredResponse),
+    /// It never happened.
+    Absent,
+    /// No answer that says either (another status, timeout, refused).
+    Failed(String),
+}
+
+/// Ask the upstream about an attempt (`reconcile:`): the lookup is an exchange like any
+/// other, bounded by the lookup's own timeout, in its own upstream span.
+pub async fn lookup(
+    cx: &RequestContext,
+    request: Request<UpstreamBody>,
+    reconcile: &Reconcile,
+    policy: &RoutePolicy,
+) -> Lookup {
+    let worker = &*cx.worker;
+    let (sent, span) = send(worker, cx.trace(), request, reconcile.timeout).await;
+    let response = match sent {
+        Sent::Answered(response) => response,
+        Sent::NotSent(e) => {
+            let reason = format!("the lookup was not sent: {e}");
+            span.end(None, Some(&reason));
+            return Lookup::Failed(reason);
+        }
+        Sent::Ambiguous(reason) => {
+            let reason = format!("the lookup got no answer: {reason}");
+            span.end(None, Some(&reason));
+            return Lookup::Failed(reason);
+        }
+    };
+    let status = response.status().as_u16();
+    if !reconcile.found.contains(&status) {
+        span.end(Some(status), None);
+        return match reconcile.absent.contains(&status) {
+            true => Lookup::Absent,
+            false => Lookup::Failed(format!("the lookup answered {status}")),
+        };
+    }
+    let answer = StatusAnswer::keeping(policy);
+    let ended = pump(response, answer, Outbound::detached(), reconcile.timeout).await;
+    let failure = (!ended.reason.is_empty()).then_some(ended.reason.as_str());
+    span.end(Some(status), failure);
+    match ended.stored {
+        Some(stored) if failure.is_none() => Lookup::Found(stored),
+        _ => Lookup::Failed(format!("the lookup's answer broke off: {}", ended.reason)),
     }
 }
 

@@ -13,6 +13,8 @@ use crate::store::StoredResponse;
 
 pub struct StatusAnswer<'p> {
     policy: &'p RoutePolicy,
+    /// Capture whatever the status (a reconciliation lookup's found answer).
+    keep_any: bool,
     /// The status and the headers to record, once the head is in (storable answers).
     head: Option<(u16, Option<StoredHead>)>,
 }
@@ -24,14 +26,28 @@ struct StoredHead {
 
 impl<'p> StatusAnswer<'p> {
     pub fn new(policy: &'p RoutePolicy) -> Self {
-        StatusAnswer { policy, head: None }
+        StatusAnswer {
+            policy,
+            keep_any: false,
+            head: None,
+        }
+    }
+
+    /// An answer captured whatever its status, up to `max_response_bytes`.
+    pub fn keeping(policy: &'p RoutePolicy) -> Self {
+        StatusAnswer {
+            policy,
+            keep_any: true,
+            head: None,
+        }
     }
 }
 
 impl Answer for StatusAnswer<'_> {
     fn head(&mut self, head: &response::Parts, size: SizeHint) {
         let status = head.status.as_u16();
-        let storable = settle(Exchanged::Answered(status), self.policy) == Settle::Store;
+        let storable =
+            self.keep_any || settle(Exchanged::Answered(status), self.policy) == Settle::Store;
         let kept = storable.then(|| StoredHead {
             headers: stored_headers(&head.headers, self.policy),
             body: Capture::new(self.policy.max_response_bytes, size.exact()),

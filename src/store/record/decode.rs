@@ -185,11 +185,12 @@ pub(super) mod tests {
             "{{\"route\":\"charge\",\"scope\":\"t1\",\"key\":\"inv\\n1\",\"fingerprint\":\"{}\",\
              \"credentials\":\"{}\",\"attempt\":1,\"created_at_ms\":{},\"expires_at_ms\":{},\
              \"status\":402,\"headers\":[[\"content-type\",\"application/json\"],\
-             [\"x-raw\",\"caf\u{e9} \u{ff}\"]],\"body_stored\":true}}",
+             [\"x-raw\",\"caf\u{e9} \u{ff}\"]],\"body_stored\":true,\"sent_at_ms\":{}}}",
             "07".repeat(32),
             "09".repeat(32),
             r.created_at_ms,
-            r.expires_at_ms
+            r.expires_at_ms,
+            r.sent_at_ms
         );
         assert_eq!(meta_line, expected);
         let mut streamed = Vec::new();
@@ -210,7 +211,7 @@ pub(super) mod tests {
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let field = format!(",\"trace\":\"{}-{}\"", "4b".repeat(16), "0c".repeat(8));
         assert!(
-            text.contains(&format!("\"body_stored\":true{field}}}\n")),
+            text.contains(&format!("\"body_stored\":true{field},\"sent_at_ms\":")),
             "{text}"
         );
         assert_eq!(decode(&bytes).unwrap(), r);

@@ -182,6 +182,7 @@ mod tests {
                 "attempt": 1, "created_at_ms": record.created_at_ms,
                 "expires_at_ms": record.expires_at_ms, "status": 201,
                 "headers": [["x-odd", "caf\u{e9} \"q\" \\ \u{80}"]], "body_stored": true,
+                "sent_at_ms": record.sent_at_ms,
             });
             assert_eq!(meta_of(&bytes), expected, "{key:?}");
             assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 3, "{key:?}");

@@ -67,6 +67,8 @@ struct Shard {
 }
 
 /// What a reservation should do.
+// Not boxed, like `store::Reserve`: a `Lookup` lives for one `match` on the request path.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Lookup {
     /// Use this record as the existing one (no round trip).
     Known(Record),

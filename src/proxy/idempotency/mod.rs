@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -27,8 +28,9 @@ use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
 use crate::store::record::now_ms;
-use crate::store::{Record, Reserve, StoreError};
+use crate::store::{Record, Reserve, Settled, StoreError, StoredResponse, Token};
 use crate::traces::RequestTrace;
+use unknown::Settling;
 
 /// A matched request before its body is read.
 pub struct Inbound {
@@ -39,11 +41,15 @@ pub struct Inbound {
     pub on_store_error: OnStoreError,
 }
 
+mod unknown;
+
 /// One protected request on its way through the flow.
 struct Flow<'a> {
     cx: &'a RequestContext,
     policy: Arc<RoutePolicy>,
     parts: request::Parts,
+    /// The route's path captures (keys, and a reconciliation lookup's path).
+    captures: Captures,
     body: BodyView,
     client_ip: Option<IpAddr>,
     on_store_error: OnStoreError,
@@ -56,11 +62,10 @@ struct Flow<'a> {
 }
 
 /// Read the body (bounded) and protect the request.
-pub async fn protect(cx: &RequestContext, mut inbound: Inbound, body: Incoming) -> Handled {
+pub async fn protect(cx: &RequestContext, inbound: Inbound, body: Incoming) -> Handled {
     let limit = inbound.policy.max_request_bytes;
     let timeout = cx.worker.upstream.timeout;
     let raw = read_body(body, &inbound.parts.headers, limit, timeout).await;
-    let captures = std::mem::take(&mut inbound.captures);
     let view = BodyView::new(raw.as_ref().cloned().unwrap_or_default());
     let mut flow = Flow::new(cx, inbound, view, None);
     if let Err(p) = raw {
@@ -68,7 +73,7 @@ pub async fn protect(cx: &RequestContext, mut inbound: Inbound, body: Incoming) 
     }
     // The same steps as `protect_read`, written out: the flow stays a local of this
     // future instead of moving into a nested one (the hot path of every route).
-    match flow.derive(&captures) {
+    match flow.derive() {
         Derived::Reserve(intent) => flow.reserve(intent).await,
         Derived::Unprotected => flow.unprotected(Outcome::Passthrough).await,
         Derived::Refuse(p) => flow.refuse(p, Outcome::Rejected),
@@ -79,11 +84,10 @@ pub async fn protect(cx: &RequestContext, mut inbound: Inbound, body: Incoming) 
 /// `mcp`: the protected `tools/call` of an MCP route, whose problems are tool errors.
 pub async fn protect_read(
     cx: &RequestContext,
-    mut inbound: Inbound,
+    inbound: Inbound,
     body: BodyView,
     mcp: Option<ToolCall>,
 ) -> Handled {
-    let captures = std::mem::take(&mut inbound.captures);
     if let (Some(trace), Some(call)) = (cx.trace(), &mcp) {
         trace.tool(&call.tool);
     }
@@ -95,7 +99,7 @@ pub async fn protect_read(
         );
         return flow.refuse(p, Outcome::Rejected);
     }
-    match flow.derive(&captures) {
+    match flow.derive() {
         Derived::Reserve(intent) => flow.reserve(intent).await,
         Derived::Unprotected => flow.unprotected(Outcome::Passthrough).await,
         Derived::Refuse(p) => flow.refuse(p, Outcome::Rejected),
@@ -125,6 +129,7 @@ impl<'a> Flow<'a> {
             cx,
             policy: inbound.policy,
             parts: inbound.parts,
+            captures: inbound.captures,
             body,
             client_ip: inbound.client_ip,
             on_store_error: inbound.on_store_error,
@@ -136,8 +141,9 @@ impl<'a> Flow<'a> {
     }
 
     /// Derive the intent (key, scope, fingerprint, credentials) from the request.
-    fn derive(&mut self, captures: &Captures) -> Derived {
+    fn derive(&mut self) -> Derived {
         let mcp = self.mcp.as_deref();
+        let captures = &self.captures;
         match Intent::derive(&self.policy, &self.parts, captures, &self.body, mcp) {
             Ok(Some(intent)) => {
                 self.key = Some(intent.store_key);
@@ -150,11 +156,14 @@ impl<'a> Flow<'a> {
     }
 
     /// Reserve, and act on the decision ([`decide`]) as winner or loser; loops only to
-    /// wait or to retry a lost race for a new attempt.
+    /// wait or to retry a lost race for a takeover.
     async fn reserve(mut self, intent: Intent) -> Handled {
         let policy = self.policy.clone();
         let waits = policy.on_concurrent == OnConcurrent::Wait;
         let deadline = Instant::now() + policy.wait_timeout;
+        // The unknown outcome this request already failed to take over: seen again, it
+        // is another replica's (or a renewed owner's) now, so the request is refused.
+        let mut lost: Option<Token> = None;
         loop {
             // Watch before reading, so a completion between the read and the wait is seen.
             let cx = self.cx;
@@ -168,7 +177,7 @@ impl<'a> Flow<'a> {
             let reserved = self
                 .timed(
                     StoreOp::Reserve,
-                    store.reserve(&intent.store_key, &mine, policy.lease),
+                    store.reserve(&intent.store_key, &mine, policy.retention),
                 )
                 .await;
             let existing = match reserved {
@@ -198,11 +207,8 @@ impl<'a> Flow<'a> {
             match decision {
                 Decision::Won => return self.forward(&intent, mine).await,
                 Decision::Replay { stored, body } => {
-                    let response = match &self.mcp {
-                        Some(call) => replay_mcp(stored, body, call),
-                        None => replay(stored, body),
-                    };
-                    return self.answer(response, Outcome::Replayed);
+                    let reconciled = existing.settled == Some(Settled::Reconciled);
+                    return self.replay(stored, body, reconciled);
                 }
                 Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
                 Decision::NewAttempt => {
@@ -212,7 +218,7 @@ impl<'a> Flow<'a> {
                         &intent.store_key,
                         &existing.token,
                         &next,
-                        policy.lease,
+                        policy.retention,
                         false,
                     );
                     match self.timed(StoreOp::Takeover, taken).await {
@@ -220,6 +226,37 @@ impl<'a> Flow<'a> {
                         // Another duplicate took it over first: look again.
                         Ok(false) => continue,
                         Err(e) => return self.store_failed(e).await,
+                    }
+                }
+                Decision::Retry | Decision::Reconcile if lost == Some(existing.token) => {
+                    let retry_after = super::decide::retry_after_secs(&existing, now_ms());
+                    let p = problem::in_progress(&policy.name, retry_after);
+                    return self.refuse(p, Outcome::Conflict);
+                }
+                Decision::Retry | Decision::Reconcile => {
+                    let settling = match decision {
+                        Decision::Retry => self.retry_unknown(&intent, &existing).await,
+                        _ => self.reconcile(&intent, &existing).await,
+                    };
+                    match settling {
+                        Settling::Forward(record) => return self.forward(&intent, record).await,
+                        Settling::Replay(record) => {
+                            let stored = record.response.as_ref();
+                            let body = stored.and_then(|s| s.body.as_ref());
+                            match (stored, body) {
+                                (Some(stored), Some(body)) => {
+                                    return self.replay(stored, body, true)
+                                }
+                                (Some(stored), None) => {
+                                    let p = problem::response_not_stored(stored.status);
+                                    return self.refuse(p, Outcome::Conflict);
+                                }
+                                (None, _) => continue,
+                            }
+                        }
+                        Settling::Refuse(p) => return self.refuse(p, Outcome::Conflict),
+                        Settling::StoreFailed(e) => return self.store_failed(e).await,
+                        Settling::Lost => lost = Some(existing.token),
                     }
                 }
                 Decision::Wait { nap } => {
@@ -299,6 +336,19 @@ impl<'a> Flow<'a> {
             ..Handled::answered(response, outcome)
         };
         handled.upstream_since(started)
+    }
+
+    /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).
+    fn replay(self, stored: &StoredResponse, body: &Bytes, reconciled: bool) -> Handled {
+        let mut response = match &self.mcp {
+            Some(call) => replay_mcp(stored, body, call),
+            None => replay(stored, body),
+        };
+        if reconciled {
+            let headers = response.headers_mut();
+            headers.insert(super::headers::IDEMPOTENT_RECONCILED, super::headers::TRUE);
+        }
+        self.answer(response, Outcome::Replayed)
     }
 
     fn refuse(self, p: Problem, outcome: Outcome) -> Handled {

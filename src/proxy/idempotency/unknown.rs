@@ -1,0 +1,146 @@
+//! A repeat of an attempt whose outcome is unknown (its lease ended without an outcome,
+//! SPEC §1 "Unknown outcomes"), once [`decide`](super::super::decide) has said what the
+//! route wants: forward it again under a new lease, or first ask the upstream's records
+//! (`reconcile:`). Every change to the record is a fenced takeover
+//! ([`crate::store::Store::take_over`]): of several replicas settling the same attempt at
+//! once, one wins, and an owner that came back and renewed its lease refuses them all.
+
+use http::{request, Request, Uri};
+use http_body_util::{Either, Full};
+
+use super::super::exchange::{self, Lookup};
+use super::super::forward::upstream_request;
+use super::super::outcome::StoreOp;
+use super::super::problem::{self, Problem, UnknownBecause};
+use super::Flow;
+use crate::key;
+use crate::proxy::intent::Intent;
+use crate::store::record::now_ms;
+use crate::store::{Record, Settled, StoreError};
+use crate::template::RequestView;
+use crate::traces::RequestTrace;
+
+/// What settling an unknown outcome led to.
+pub(super) enum Settling {
+    /// Taken over: forward this attempt (same upstream key).
+    Forward(Record),
+    /// Settled from the upstream's records: replay this completed record.
+    Replay(Record),
+    /// Still unknown: answer this.
+    Refuse(Problem),
+    StoreFailed(StoreError),
+    /// Another replica settled it first, or its owner came back: look again.
+    Lost,
+}
+
+/// Headers of the original request that a lookup does not carry: it is a new request
+/// without a body, and no idempotency key (it is a read).
+const NOT_FOR_LOOKUP: [http::HeaderName; 4] = [
+    http::header::CONTENT_LENGTH,
+    http::header::CONTENT_TYPE,
+    http::header::TRANSFER_ENCODING,
+    http::header::EXPECT,
+];
+
+impl Flow<'_> {
+    /// Take the attempt over under a new lease, to forward it again.
+    pub(super) async fn retry_unknown(&mut self, intent: &Intent, existing: &Record) -> Settling {
+        let mut next = existing.retried(self.policy.lease);
+        next.trace = self.cx.trace().and_then(RequestTrace::link).map(Box::new);
+        match self.take_over(intent, existing, &next).await {
+            Ok(true) => Settling::Forward(next),
+            Ok(false) => Settling::Lost,
+            Err(e) => Settling::StoreFailed(e),
+        }
+    }
+
+    /// Ask the upstream whether the attempt happened: found → its answer is the
+    /// outcome; absent → forward it again; no answer → 409 with `Retry-After`.
+    pub(super) async fn reconcile(&mut self, intent: &Intent, existing: &Record) -> Settling {
+        let policy = self.policy.clone();
+        let Some(reconcile) = policy.reconcile.as_deref() else {
+            // `idem check` refuses `on_unknown: reconcile` without a lookup.
+            return self.retry_unknown(intent, existing).await;
+        };
+        let upstream_key = key::upstream_key(&intent.key, existing.attempt);
+        let Some(request) = self.lookup_request(&upstream_key) else {
+            let reason = "a placeholder of reconcile.path does not resolve from the request";
+            return self.lookup_failed(existing, reason);
+        };
+        match exchange::lookup(self.cx, request, reconcile, &policy).await {
+            Lookup::Found(response) => {
+                let settled =
+                    existing.settled_with(Settled::Reconciled, response, policy.retention);
+                match self.take_over(intent, existing, &settled).await {
+                    Ok(true) => Settling::Replay(settled),
+                    Ok(false) => Settling::Lost,
+                    Err(e) => Settling::StoreFailed(e),
+                }
+            }
+            Lookup::Absent => self.retry_unknown(intent, existing).await,
+            Lookup::Failed(reason) => self.lookup_failed(existing, &reason),
+        }
+    }
+
+    fn lookup_failed(&self, existing: &Record, reason: &str) -> Settling {
+        tracing::warn!(route = %self.policy.name, %reason, "reconciliation lookup failed; the outcome stays unknown");
+        let seconds = self
+            .policy
+            .reconcile
+            .as_ref()
+            .map_or(1, |r| r.timeout.as_secs().max(1));
+        let because = UnknownBecause::LookupFailed;
+        let p = problem::outcome_unknown(
+            &self.policy.name,
+            existing.sent_at_ms,
+            because,
+            Some(seconds),
+        );
+        Settling::Refuse(p)
+    }
+
+    /// The lookup request: the route's `reconcile` method and path, with the original
+    /// request's headers (the upstream's credentials) but no body.
+    fn lookup_request(&self, upstream_key: &str) -> Option<Request<crate::upstream::UpstreamBody>> {
+        let reconcile = self.policy.reconcile.as_deref()?;
+        let view = RequestView {
+            method: &self.parts.method,
+            route: &self.policy.name,
+            captures: &self.captures,
+            query: self.parts.uri.query(),
+            headers: &self.parts.headers,
+            body: &self.body,
+            mcp: self.mcp.as_deref(),
+        };
+        let path = reconcile.render(upstream_key, &view).ok()??;
+        let uri: Uri = path.parse().ok()?;
+        let mut headers = self.parts.headers.clone();
+        for name in NOT_FOR_LOOKUP
+            .iter()
+            .chain([&self.policy.forward_key_header])
+        {
+            headers.remove(name);
+        }
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.method = reconcile.method.clone();
+        parts.uri = uri;
+        parts.headers = headers;
+        let parts: request::Parts = parts;
+        let url = &self.cx.worker.upstream.url;
+        let body = Either::Left(Full::default());
+        Some(upstream_request(url, parts, body, self.client_ip, None))
+    }
+
+    /// The fenced write that settles or takes over `existing`, timed as a takeover.
+    async fn take_over(
+        &mut self,
+        intent: &Intent,
+        existing: &Record,
+        next: &Record,
+    ) -> Result<bool, StoreError> {
+        let store = &self.cx.worker.store;
+        let (key, ttl) = (&intent.store_key, self.policy.retention);
+        let write = store.take_over(key, &existing.token, next, ttl, now_ms());
+        self.timed(StoreOp::Takeover, write).await
+    }
+}

@@ -1,0 +1,142 @@
+//! Rolling upgrades (SPEC §1 "Stored responses", issue 24/25): records written by every
+//! earlier release stay readable. `tests/fixtures/records/` keeps encoded records of
+//! each format as that release wrote them; each is decoded here, and an in-progress
+//! record of the previous format, put in Redis as that release did (the lease as the
+//! key's TTL), behaves as an attempt with its lease.
+//!
+//! Formats:
+//! - `v1-*`: before unknown outcomes (no `sent_at_ms`, no `settled`); an in-progress
+//!   record's key expired with its lease.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use idem::store::record::decode;
+use idem::store::{RecordState, Token};
+use support::env::{Backend, Env};
+use support::harness::{post, IdemProcess};
+use support::poll::eventually;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/records")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_v1_record_decodes() {
+    let r = decode(&fixture("v1-in-progress.bin")).unwrap();
+    assert_eq!(r.state, RecordState::InProgress);
+    assert_eq!(r.token, Token([0xab; 16]));
+    assert_eq!(
+        (r.route.as_str(), r.scope.as_str(), r.key.as_str()),
+        ("charge_invoice", "tenant-a", "charge:inv_1")
+    );
+    assert_eq!(
+        (r.fingerprint, r.credentials, r.attempt),
+        ([7; 32], [9; 32], 1)
+    );
+    assert_eq!(
+        (r.created_at_ms, r.expires_at_ms),
+        (1_764_000_000_000, 1_764_000_030_000)
+    );
+    // Before `sent_at_ms`, the attempt was sent when the record was made.
+    assert_eq!(r.sent_at_ms, r.created_at_ms);
+    assert_eq!(r.settled, None);
+
+    let c = decode(&fixture("v1-completed-traced.bin")).unwrap();
+    assert_eq!(c.state, RecordState::Completed);
+    let stored = c.response.as_ref().unwrap();
+    assert_eq!(stored.status, 201);
+    assert_eq!(stored.headers[0].0, "content-type");
+    assert_eq!(
+        stored.headers[1].1.as_bytes(),
+        b"r\xe9q-1",
+        "a latin-1 header value"
+    );
+    assert_eq!(
+        stored.body.as_deref(),
+        Some(&b"{\"charge\":\"ch_1\",\"amount\":1200}\n"[..])
+    );
+    assert_eq!(c.trace.as_ref().unwrap().trace_id, [0x11; 16]);
+
+    let big = decode(&fixture("v1-completed-body-not-stored.bin")).unwrap();
+    assert_eq!(
+        big.response.as_ref().map(|s| (s.status, s.body.is_none())),
+        Some((200, true))
+    );
+
+    let n = decode(&fixture("v1-in-progress-attempt-2.bin")).unwrap();
+    assert_eq!(
+        (n.attempt, n.state, n.token),
+        (2, RecordState::InProgress, Token([0xcd; 16]))
+    );
+}
+
+/// A v1 in-progress record in Redis, as the previous release left it (key TTL = its
+/// lease): a repeat is refused while it lasts, then forwarded once when it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_reservation_behaves_as_an_attempt_with_its_lease() {
+    let env = Env::new(Backend::redis()).await;
+    let config = format!(
+        "{}routes:\n  - name: charge_invoice\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    scope: \"{{header.x-tenant}}\"\n    fingerprint: [method]\n    bind_credentials: []\n    on_unknown: hold\n",
+        env.base_yaml("5s")
+    );
+    let idem = IdemProcess::spawn(&config).await;
+    let mut redis = redis::Client::open(env.backend.redis_server().url())
+        .and_then(|c| c.get_connection())
+        .expect("redis");
+    let key = |id: &str| {
+        let store_key = idem::key::StoreKey::new("charge_invoice", "tenant-a", id);
+        format!("idem:{store_key}")
+    };
+    // The fingerprint and credential hash this route computes for the repeat (a
+    // fixture cannot know them), from a record this build wrote for the same request.
+    let probe = post(
+        &idem.url("/invoices/probe/charge"),
+        &[("x-tenant", "tenant-a")],
+        "{}",
+    )
+    .await;
+    assert_eq!(probe.status, 201);
+    let probe: Vec<u8> = redis::cmd("GET")
+        .arg(key("charge:probe"))
+        .query(&mut redis)
+        .unwrap();
+    let probe = decode(&probe).unwrap();
+    let text = String::from_utf8(fixture("v1-in-progress.bin")).unwrap();
+    // As that release wrote a reservation: its lease both in the record and as the TTL.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let record = text
+        .replace(&"07".repeat(32), &hex::encode(probe.fingerprint))
+        .replace(&"09".repeat(32), &hex::encode(probe.credentials))
+        .replace("1764000030000", &(now_ms + 1500).to_string());
+    let _: () = redis::cmd("SET")
+        .arg(key("charge:inv_1"))
+        .arg(record.as_bytes())
+        .arg("PX")
+        .arg(1500)
+        .query(&mut redis)
+        .unwrap();
+    let u = idem.url("/invoices/inv_1/charge");
+    let held = post(&u, &[("x-tenant", "tenant-a")], "{}").await;
+    assert_eq!(
+        (held.status, held.code().as_str()),
+        (409, "request_in_progress"),
+        "{}",
+        held.text()
+    );
+    let r = eventually(Duration::from_secs(5), "the old lease ended", async || {
+        let r = post(&u, &[("x-tenant", "tenant-a")], "{}").await;
+        (r.status != 409).then_some(r)
+    })
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(env.upstream.executions("charge:inv_1"), 1);
+}

@@ -1,0 +1,284 @@
+//! Unknown outcomes (SPEC §1 "Unknown outcomes: resolved, never guessed"), across real
+//! processes and real stores, against a mock upstream that does **not** deduplicate by
+//! key: every forward is an execution. The owner is SIGKILLed while the upstream holds
+//! its call; after the lease, a repeat on another replica gets what `on_unknown` says:
+//! - `hold`: 409 `outcome_unknown` (no `Retry-After`), nothing forwarded, the record
+//!   still there (remembered after its lease);
+//! - `reconcile`: the upstream's records decide — found: a replay marked
+//!   `Idempotent-Reconciled` and nothing forwarded; absent: forwarded once with the same
+//!   key; a failing lookup: 409 with `Retry-After`, settled by a later repeat;
+//! - `retry`: forwarded again with the same key within `upstream_key_window`, 409 past it.
+//!
+//! The memory store gets there through an upstream timeout (`on_ambiguous: hold`).
+
+mod support;
+
+use std::time::Duration;
+
+use support::env::{Backend, Env};
+use support::harness::{post, send, try_send, IdemProcess};
+use support::poll::eventually;
+
+fn yaml(env: &Env, upstream_timeout: &str, route: &str) -> String {
+    format!(
+        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 1s\n{route}",
+        env.base_yaml(upstream_timeout)
+    )
+}
+
+const RECONCILE: &str = "    on_unknown: reconcile\n    reconcile:\n      path: \"/lookup?key={key}\"\n      found: [200]\n      absent: [404]\n      timeout: 1s\n";
+
+/// Starts a call through a fresh replica that the upstream holds for 8 s, SIGKILLs that
+/// replica once the upstream has the call, and returns a second replica.
+async fn killed_mid_call(env: &Env, config: &str, id: &str) -> IdemProcess {
+    killed_mid_call_with(env, config, id, None).await
+}
+
+/// As [`killed_mid_call`], the call carrying `Authorization: authorization`.
+async fn killed_mid_call_with(
+    env: &Env,
+    config: &str,
+    id: &str,
+    authorization: Option<&str>,
+) -> IdemProcess {
+    let mut owner = IdemProcess::spawn(config).await;
+    let other = IdemProcess::spawn(config).await;
+    let u = owner.url(&format!("/invoices/{id}/charge"));
+    let auth = authorization.map(str::to_owned);
+    tokio::spawn(async move {
+        let mut headers = vec![("x-mock-delay-ms", "8000")];
+        if let Some(auth) = auth.as_deref() {
+            headers.push(("authorization", auth));
+        }
+        try_send("POST", &u, &headers, "{}").await
+    });
+    let key = format!("charge:{id}");
+    eventually(
+        Duration::from_secs(5),
+        "the call reached the upstream",
+        async || env.upstream.executions(&key) == 1,
+    )
+    .await;
+    owner.kill();
+    other
+}
+
+/// Repeats `id` through `p` (with `headers`) until it is no longer answered "in
+/// progress", i.e. until the killed owner's lease has ended.
+async fn repeat_after_the_lease(
+    p: &IdemProcess,
+    id: &str,
+    headers: &[(&str, &str)],
+) -> support::harness::Resp {
+    let u = p.url(&format!("/invoices/{id}/charge"));
+    eventually(Duration::from_secs(6), "the lease ended", async || {
+        let r = post(&u, headers, "{}").await;
+        let in_progress = r.status == 409 && r.code() == "request_in_progress";
+        (!in_progress).then_some(r)
+    })
+    .await
+}
+
+shared_stores!(
+    hold_refuses_and_remembers_the_attempt,
+    reconcile_found_replays_without_forwarding,
+    reconcile_absent_forwards_once_with_the_same_key,
+    reconcile_failure_is_409_then_settled_by_a_later_repeat,
+    retry_forwards_again_within_the_window_only,
+);
+
+async fn hold_refuses_and_remembers_the_attempt(backend: Backend) {
+    let env = Env::new(backend).await;
+    let config = yaml(&env, "10s", "    on_unknown: hold\n");
+    let b = killed_mid_call(&env, &config, "h1").await;
+    let r = repeat_after_the_lease(&b, "h1", &[]).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "outcome_unknown"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.header("retry-after").is_none(),
+        "only a person settles it"
+    );
+    let detail = r.json()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        detail.contains("Do not send it again with a different idempotency key"),
+        "{detail}"
+    );
+    // Again, on a third replica: still refused, still one execution.
+    let c = IdemProcess::spawn(&config).await;
+    let again = post(&c.url("/invoices/h1/charge"), &[], "{}").await;
+    assert_eq!(again.code(), "outcome_unknown");
+    assert_eq!(env.upstream.executions("charge:h1"), 1);
+    let record = send("GET", &c.admin_url("/v1/keys/charge/charge:h1"), &[], "").await;
+    assert_eq!(
+        record.json()["state"],
+        "in_progress",
+        "the attempt outlives its lease"
+    );
+}
+
+async fn reconcile_found_replays_without_forwarding(backend: Backend) {
+    let env = Env::new(backend).await;
+    let config = yaml(&env, "10s", RECONCILE);
+    let b = killed_mid_call_with(&env, &config, "f1", Some("Bearer sk_1")).await;
+    let r = repeat_after_the_lease(&b, "f1", &[("authorization", "Bearer sk_1")]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.replayed());
+    assert_eq!(r.header("idempotent-reconciled"), Some("true"));
+    assert_eq!(r.json()["found"], "charge:f1");
+    assert_eq!(env.upstream.executions("charge:f1"), 1, "nothing forwarded");
+    let lookups: Vec<_> = env
+        .upstream
+        .received()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/lookup"))
+        .collect();
+    assert_eq!(lookups.len(), 1, "{lookups:?}");
+    assert_eq!(lookups[0].method, "GET");
+    assert_eq!(lookups[0].path, "/lookup?key=charge:f1");
+    assert_eq!(
+        lookups[0].headers["authorization"], "Bearer sk_1",
+        "the caller's credentials go along"
+    );
+    assert!(lookups[0].headers.get("idempotency-key").is_none());
+    // Every replica replays the reconciled outcome from the store.
+    let c = IdemProcess::spawn(&config).await;
+    let again = post(
+        &c.url("/invoices/f1/charge"),
+        &[("authorization", "Bearer sk_1")],
+        "{}",
+    )
+    .await;
+    assert!(again.replayed());
+    assert_eq!(again.header("idempotent-reconciled"), Some("true"));
+    assert_eq!(again.body, r.body);
+    assert_eq!(env.upstream.executions("charge:f1"), 1);
+}
+
+async fn reconcile_absent_forwards_once_with_the_same_key(backend: Backend) {
+    let env = Env::new(backend).await;
+    let config = yaml(&env, "10s", RECONCILE);
+    let b = killed_mid_call(&env, &config, "a1").await;
+    let absent = [("x-mock-lookup-status", "404")];
+    let r = repeat_after_the_lease(&b, "a1", &absent).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(!r.replayed());
+    assert_eq!(
+        env.upstream.executions("charge:a1"),
+        2,
+        "forwarded once more"
+    );
+    let forwards: Vec<_> = env
+        .upstream
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/invoices/a1/charge")
+        .collect();
+    assert_eq!(forwards.len(), 2);
+    assert_eq!(
+        forwards[1].headers["idempotency-key"], "charge:a1",
+        "the same upstream key"
+    );
+    let again = post(&b.url("/invoices/a1/charge"), &[], "{}").await;
+    assert!(again.replayed());
+    assert_eq!(again.body, r.body);
+    assert_eq!(env.upstream.executions("charge:a1"), 2);
+}
+
+async fn reconcile_failure_is_409_then_settled_by_a_later_repeat(backend: Backend) {
+    let env = Env::new(backend).await;
+    let config = yaml(&env, "10s", RECONCILE);
+    let b = killed_mid_call(&env, &config, "x1").await;
+    let r = repeat_after_the_lease(&b, "x1", &[("x-mock-lookup-status", "503")]).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "outcome_unknown"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(env.upstream.executions("charge:x1"), 1);
+    // The lookup answers now: found. (Right at the lease's end the store's clock may
+    // still give the attempt a few ms: then "in progress, retry in 1 s".)
+    let u = b.url("/invoices/x1/charge");
+    let later = eventually(Duration::from_secs(5), "settled", async || {
+        let r = post(&u, &[], "{}").await;
+        let in_progress = r.status == 409 && r.code() == "request_in_progress";
+        (!in_progress).then_some(r)
+    })
+    .await;
+    assert!(later.replayed(), "{} {}", later.status, later.text());
+    assert_eq!(later.header("idempotent-reconciled"), Some("true"));
+    assert_eq!(env.upstream.executions("charge:x1"), 1);
+}
+
+async fn retry_forwards_again_within_the_window_only(backend: Backend) {
+    let env = Env::new(backend).await;
+    let config = yaml(&env, "10s", "    upstream_key_window: 6s\n");
+    // Inside the window: forwarded again, same key.
+    let b = killed_mid_call(&env, &config, "r1").await;
+    let r = repeat_after_the_lease(&b, "r1", &[]).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(env.upstream.executions("charge:r1"), 2);
+    // Past the window (6 s after the first send): held for a person. Nothing repeats it
+    // before (a repeat inside the window would be forwarded): the wait is the window.
+    let c = killed_mid_call(&env, &config, "r2").await;
+    tokio::time::sleep(Duration::from_millis(6_200)).await;
+    let r = post(&c.url("/invoices/r2/charge"), &[], "{}").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "outcome_unknown"),
+        "{}",
+        r.text()
+    );
+    let detail = r.json()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("too old to be sent again"), "{detail}");
+    assert_eq!(
+        env.upstream.executions("charge:r2"),
+        1,
+        "never sent again past the window"
+    );
+}
+
+/// The memory store's way to an unknown outcome: the upstream times out after the
+/// request was sent, and `on_ambiguous: hold` keeps the attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_timeout_is_an_unknown_outcome_settled_by_reconciliation() {
+    let env = Env::new(Backend::memory()).await;
+    let config = yaml(&env, "500ms", RECONCILE);
+    let p = IdemProcess::spawn(&config).await;
+    let u = p.url("/invoices/t1/charge");
+    let first = post(&u, &[("x-mock-delay-ms", "3000")], "{}").await;
+    assert_eq!(
+        (first.status, first.code().as_str()),
+        (504, "upstream_timeout")
+    );
+    let detail = first.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        detail.contains("asks the API whether it was executed"),
+        "{detail}"
+    );
+    let r = repeat_after_the_lease(&p, "t1", &[]).await;
+    assert!(r.replayed(), "{} {}", r.status, r.text());
+    assert_eq!(r.header("idempotent-reconciled"), Some("true"));
+    assert_eq!(env.upstream.executions("charge:t1"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_timeout_held_is_refused() {
+    let env = Env::new(Backend::memory()).await;
+    let config = yaml(&env, "500ms", "    on_unknown: hold\n");
+    let p = IdemProcess::spawn(&config).await;
+    let u = p.url("/invoices/t2/charge");
+    let first = post(&u, &[("x-mock-reset", "true")], "{}").await;
+    assert_eq!(first.status, 504, "a reset after sending is ambiguous too");
+    let r = repeat_after_the_lease(&p, "t2", &[]).await;
+    assert_eq!((r.status, r.code().as_str()), (409, "outcome_unknown"));
+    assert_eq!(env.upstream.executions("charge:t2"), 1);
+}
