@@ -25,6 +25,7 @@ routes:
     key: "charge:{path.invoice_id}"
     lease: 300ms
     on_ambiguous: hold
+    on_unknown: hold
 "#;
 
 /// The idem binary in front of `env`'s upstream and Redis; with `token`, an admin token
@@ -52,7 +53,6 @@ async fn resolved_by_keyboard_the_repeat_is_a_replay_of_it() {
     let charge = idem.url("/invoices/inv_c/charge");
     let first = post(&charge, &[("x-mock-delay-ms", "5000")], "{}").await;
     assert_eq!(first.status, 504, "{}", first.text());
-    keep_after_lease(&env, "charge:inv_c");
     let unknown = idem.admin_url("/v1/unknown");
     eventually(Duration::from_secs(5), "listed as unknown", async || {
         send("GET", &unknown, &[], "").await.json()["unknown"][0]["key"] == "charge:inv_c"
@@ -95,17 +95,6 @@ async fn resolved_by_keyboard_the_repeat_is_a_replay_of_it() {
         1,
         "nothing forwarded after the first"
     );
-}
-
-/// Keeps the reservation of `key` for the retention, as the request path does once a
-/// reservation outlives its lease (issue 24); before that it expired with the lease.
-fn keep_after_lease(env: &Env, key: &str) {
-    let name = format!("idem:{}", StoreKey::new("charge", "", key));
-    let kept = env
-        .backend
-        .redis_server()
-        .command(&["PEXPIRE", &name, "3600000"]);
-    assert_eq!(kept.trim(), ":1", "the reservation of {key} is gone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

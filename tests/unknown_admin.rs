@@ -29,6 +29,7 @@ routes:
     key: "charge:{path.invoice_id}"
     lease: 300ms
     on_ambiguous: hold
+    on_unknown: hold
   - name: refund
     path: /refunds/{id}
     key: "refund:{path.id}"
@@ -183,7 +184,6 @@ async fn resolved_as_completed_every_repeat_gets_that_response() {
     let charge = url(&idem, "/invoices/inv_9/charge");
     let first = post(&charge, &[("x-mock-delay-ms", "5000")], "{}").await;
     assert_eq!(first.status, 504, "{}", first.text());
-    keep_after_lease(&env, "charge", "", "charge:inv_9");
     eventually(Duration::from_secs(5), "listed as unknown", async || {
         get(&idem, "/v1/unknown").await.json()["unknown"][0]["key"] == "charge:inv_9"
     })
@@ -239,17 +239,6 @@ async fn resolved_as_completed_every_repeat_gets_that_response() {
     );
 }
 
-/// Keeps the reservation of `key` for the retention, as the request path does once a
-/// reservation outlives its lease (issue 24); before that it expired with the lease.
-fn keep_after_lease(env: &Env, route: &str, scope: &str, key: &str) {
-    let name = format!("idem:{}", StoreKey::new(route, scope, key));
-    let kept = env
-        .backend
-        .redis_server()
-        .command(&["PEXPIRE", &name, "3600000"]);
-    assert_eq!(kept.trim(), ":1", "the reservation of {key} is gone");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_as_not_executed_the_record_waits_for_its_repeat() {
     let (env, idem) = env().await;
@@ -303,6 +292,53 @@ async fn resolved_as_not_executed_the_record_waits_for_its_repeat() {
             r#"idem_resolutions_total{route="refund",outcome="not_executed"}"#
         ),
         1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolved_as_not_executed_the_next_repeat_is_sent_once_with_the_same_key() {
+    let (env, idem) = env().await;
+    let charge = url(&idem, "/invoices/inv_n/charge");
+    let first = post(&charge, &[("x-mock-delay-ms", "5000")], "{}").await;
+    assert_eq!(first.status, 504, "{}", first.text());
+    eventually(Duration::from_secs(5), "listed as unknown", async || {
+        get(&idem, "/v1/unknown").await.json()["unknown"][0]["key"] == "charge:inv_n"
+    })
+    .await;
+    let held = post(&charge, &[], "{}").await;
+    assert_eq!(
+        (held.status, held.code()),
+        (409, "outcome_unknown".to_owned())
+    );
+    let r = resolve(
+        &idem,
+        "charge/charge%3Ainv_n",
+        &json!({"outcome": "not_executed"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let repeat = post(&charge, &[], "{}").await;
+    assert_eq!(
+        (repeat.status, repeat.replayed()),
+        (201, false),
+        "{}",
+        repeat.text()
+    );
+    assert!(post(&charge, &[], "{}").await.replayed());
+    let sent: Vec<_> = env
+        .upstream
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/invoices/inv_n/charge")
+        .collect();
+    assert_eq!(
+        sent.len(),
+        2,
+        "the first send, and the one after the resolution"
+    );
+    assert_eq!(
+        sent[0].headers["idempotency-key"],
+        sent[1].headers["idempotency-key"]
     );
 }
 
@@ -401,7 +437,8 @@ async fn bad_resolutions_are_refused_with_a_reason() {
     let store = env.backend.instance().await;
     unknown_now(&store, "charge", "", "charge:bad").await;
     let u = admin_url(&idem, "/v1/keys/charge/charge%3Abad/resolve");
-    let cases: [(&[(&str, &str)], &str, u16, &str); 7] = [
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Headers, &str, u16, &str); 7] = [
         (&[AUTH, JSON], "{not json", 400, "outcome"),
         (&[AUTH, JSON], r#"{"outcome":"done"}"#, 400, "not_executed"),
         (
