@@ -29,8 +29,12 @@ fi
 need_apt=()
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3 python3-venv python3-pip)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+# The console tests (tests/console.rs) drive Debian's Chromium with Playwright for Python,
+# which the test support installs into target/browser-peers/ (pip); never Playwright's
+# own browser download.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "installing ${need_apt[*]} (the MCP tests run the official Python and TypeScript SDKs)"
+  echo "installing ${need_apt[*]} (the MCP tests run the official Python and TypeScript SDKs; the console tests a real Chromium)"
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null

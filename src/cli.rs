@@ -29,7 +29,7 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Inspect or release an idempotency key through the admin API.
+    /// Inspect, release or resolve idempotency keys through the admin API.
     Keys(KeysArgs),
     /// Watch idem stop double charges: a guided demo on loopback, no setup needed.
     Demo,
@@ -87,4 +87,39 @@ pub enum KeyAction {
     },
     /// Release KEY (after an incident).
     Delete { key: String },
+    /// List unknown outcomes (sent, result never learned, lease ended), read from the
+    /// store: every replica's. `--route` narrows it to one route.
+    Unknown {
+        /// Also list the intents in flight and those waiting for their repeat.
+        #[arg(long)]
+        inflight: bool,
+        /// At most this many of each (1-1000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Record what became of the unknown outcome of KEY: `--completed --status N` (every
+    /// repeat then gets that response) or `--not-executed` (the next repeat is sent once,
+    /// with the same upstream key). Refused (exit 1) unless KEY is an unknown outcome.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("outcome").required(true).args(["completed", "not_executed"])))]
+pub struct ResolveArgs {
+    pub key: String,
+    /// The call happened: record its response (with --status, --body-file, --header).
+    #[arg(long, requires = "status")]
+    pub completed: bool,
+    /// The call never ran: let the next repeat forward it.
+    #[arg(long)]
+    pub not_executed: bool,
+    /// The HTTP status the upstream answered.
+    #[arg(long, conflicts_with = "not_executed")]
+    pub status: Option<u16>,
+    /// A file holding the body the upstream answered (any bytes).
+    #[arg(long, conflicts_with = "not_executed")]
+    pub body_file: Option<PathBuf>,
+    /// A response header, `name: value` (repeatable), e.g. `content-type: application/json`.
+    #[arg(long = "header", conflicts_with = "not_executed")]
+    pub headers: Vec<String>,
 }

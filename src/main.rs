@@ -158,13 +158,23 @@ async fn migrate(path: &std::path::Path) -> ExitCode {
 }
 
 async fn keys(args: KeysArgs) -> ExitCode {
-    let (method, key, body) = match &args.action {
-        KeyAction::Get { key, body } => (http::Method::GET, key, *body),
-        KeyAction::Delete { key } => (http::Method::DELETE, key, false),
+    use idem::admin_client::{key_request, resolve_request, unknown_request, unknown_table};
+    let answer = match &args.action {
+        KeyAction::Get { key, body } => key_request(&args, http::Method::GET, key, *body).await,
+        KeyAction::Delete { key } => key_request(&args, http::Method::DELETE, key, false).await,
+        KeyAction::Unknown { inflight, limit } => unknown_request(&args, *inflight, *limit)
+            .await
+            .map(
+                |(status, text)| match (status.is_success(), serde_json::from_str(&text)) {
+                    (true, Ok(listing)) => (status, unknown_table(&listing)),
+                    _ => (status, text),
+                },
+            ),
+        KeyAction::Resolve(resolve) => resolve_request(&args, resolve).await,
     };
-    match idem::admin_client::key_request(&args, method, key, body).await {
+    match answer {
         Ok((status, text)) => {
-            println!("{text}");
+            println!("{}", text.trim_end());
             if status.is_success() {
                 ExitCode::SUCCESS
             } else {

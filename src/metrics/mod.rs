@@ -4,9 +4,11 @@
 
 mod exposition;
 mod latency;
+mod unknown;
 
 pub use exposition::Exposition;
 pub use latency::Latency;
+pub use unknown::{Reconciliation, Resolution, UnknownMetrics};
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -107,6 +109,7 @@ pub struct Metrics {
     pub unreadable_records: Family<RouteLabel, Counter>,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
+    pub unknown: UnknownMetrics,
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
     /// cache line every worker thread shares.
@@ -194,8 +197,10 @@ impl Metrics {
             "Generation of the loaded configuration (1 at start, +1 per reload)",
             config_generation.clone(),
         );
+        let unknown = UnknownMetrics::register(&mut registry);
         Metrics {
             requests,
+            unknown,
             upstream_duration,
             store_duration,
             inflight,

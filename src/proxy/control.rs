@@ -114,6 +114,12 @@ impl Control {
         self.lock().generation
     }
 
+    /// The loaded configuration's routes: the admin API resolves an unknown outcome
+    /// with its route's retention, and counts unknown outcomes per configured route.
+    pub fn routes(&self) -> Vec<Arc<RoutePolicy>> {
+        self.lock().config.routes.clone()
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

@@ -9,6 +9,8 @@
 //! - [`Store::release_if_owner`]: delete only if the caller still owns the record.
 //! - [`Store::take_over`]: replace an attempt whose lease has ended (its outcome is
 //!   unknown) only if its token is still the one the caller read.
+//! - [`Store::list_in_progress`]: every in-progress record, for operators (`listing.rs`);
+//!   it reads the whole keyspace or an index, never on the request path.
 //!
 //! A stale owner whose lease was taken over can therefore never overwrite or delete
 //! its successor's record. `replace_if_owner` with the *stored* record's token is also
@@ -21,13 +23,14 @@
 //!
 //! The store never sees HTTP types: only [`StoreKey`]s and [`Record`]s.
 
+mod listing;
 pub mod memory;
 pub mod postgres;
 pub mod record;
 pub mod redis;
 pub mod seal;
 mod shared;
-mod task;
+pub(crate) mod task;
 pub mod watch;
 
 use std::time::Duration;
@@ -171,6 +174,16 @@ impl Store {
     /// the record, so a change between the read and the wait is not missed.
     pub fn watch(&self, key: &StoreKey) -> Watch {
         dispatch!(self, s => s.watch(key))
+    }
+
+    /// The in-progress records (unknown outcomes and calls in flight), those whose lease
+    /// ends first first, at most `limit`. An admin operation: Redis SCANs every master,
+    /// PostgreSQL reads its `in_progress` index, memory walks its shards.
+    pub async fn list_in_progress(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
+        dispatch_op!(self, s => s.list_in_progress(limit))
     }
 
     /// Whether the store answers (readiness).

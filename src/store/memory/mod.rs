@@ -21,6 +21,7 @@ use http::HeaderValue;
 use tokio::time::Instant;
 
 use self::shard::{Entry, Shard};
+use super::listing::Soonest;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch, Watchers};
 use crate::key::StoreKey;
@@ -195,6 +196,21 @@ impl MemoryStore {
 
     pub fn watch(&self, key: &StoreKey) -> Watch {
         self.shared.watchers.watch(key)
+    }
+
+    /// One shard locked at a time, each for one pass over its entries.
+    pub async fn list_in_progress(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
+        let mut soonest = Soonest::new(limit);
+        let now = Instant::now();
+        for shard in &self.shared.shards {
+            for (key, record) in lock(shard).live_in_progress(now) {
+                soonest.push(*key, record.clone());
+            }
+        }
+        Ok(soonest.finish())
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

@@ -52,6 +52,18 @@ impl Shard {
         Some(entry)
     }
 
+    /// The in-progress records not expired at `now` (completed ones are indexed, so
+    /// they are the rest).
+    pub(super) fn live_in_progress(
+        &self,
+        now: Instant,
+    ) -> impl Iterator<Item = (&StoreKey, &Record)> + '_ {
+        self.entries
+            .iter()
+            .filter(move |(_, e)| e.deadline > now && !e.record.is_completed())
+            .map(|(key, e)| (key, &e.record))
+    }
+
     /// Removes every entry whose deadline is at or before `now`; returns how many.
     pub(super) fn purge(&mut self, now: Instant) -> usize {
         let mut purged = 0;

@@ -36,6 +36,7 @@ use self::pool::{attempt, millis, state_name, DbError};
 pub use self::sql::check_table_name;
 use self::sql::Sql;
 pub use self::target::Target;
+use super::listing::Soonest;
 use super::record::decode;
 use super::record::encode;
 use super::task::AbortOnDrop;
@@ -317,6 +318,29 @@ impl PostgresStore {
 
     pub fn watch(&self, key: &StoreKey) -> Watch {
         self.shared.events.watchers.watch(key)
+    }
+
+    pub async fn list_in_progress(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
+        let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .bounded(async {
+                let client = self.client().await?;
+                let stmt = client
+                    .prepare_cached(&self.shared.sql.list_in_progress)
+                    .await?;
+                Ok(client.query(&stmt, &[&limit_param]).await?)
+            })
+            .await?;
+        let mut soonest = Soonest::new(limit);
+        for row in rows {
+            let key = <[u8; 32]>::try_from(row.get::<_, &[u8]>(0))
+                .map_err(|_| StoreError::Corrupt("key is not 32 bytes".to_owned()))?;
+            soonest.push(StoreKey(key), decode(row.get::<_, &[u8]>(1))?);
+        }
+        Ok(soonest.finish())
     }
 
     /// Ready when a pooled connection answers and the table exists.

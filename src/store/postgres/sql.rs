@@ -34,6 +34,7 @@ pub(super) struct Sql {
     pub get: String,
     pub delete: String,
     pub purge: String,
+    pub list_in_progress: String,
     /// `LISTEN` target: the table name with `_events`.
     pub channel: String,
 }
@@ -143,6 +144,14 @@ SELECT live, pg_notify($2, encode(key, 'hex')) FROM gone"
   SELECT key FROM {t} WHERE expires_at <= now()
   ORDER BY expires_at LIMIT {PURGE_BATCH} FOR UPDATE SKIP LOCKED
 ) AND expires_at <= now()"
+            ),
+            // Operators' listing (SPEC §1 "Unknown outcomes"): the partial index
+            // `{t}_in_progress` holds exactly these rows. Leases that ended first come
+            // first (unknown outcomes before calls in flight); rows of versions before
+            // `lease_until` sort first, their lease is in `expires_at`.
+            list_in_progress: format!(
+                "SELECT key, record FROM {t} WHERE state = 'in_progress' AND expires_at > now()
+ORDER BY lease_until NULLS FIRST, key LIMIT $1"
             ),
             channel: format!("{t}_events"),
         }

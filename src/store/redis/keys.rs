@@ -55,6 +55,39 @@ impl Layout {
         out
     }
 
+    /// The `SCAN MATCH` pattern of every record key: the prefix (glob characters
+    /// escaped), then anything.
+    pub(super) fn scan_pattern(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix.len() + 2);
+        for &b in self.prefix.as_bytes() {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                out.push(b'\\');
+            }
+            out.push(b);
+        }
+        out.push(b'*');
+        out
+    }
+
+    /// The [`StoreKey`] of a record key written by [`Layout::store_key`]; `None` for any
+    /// other name under the prefix (another program's key, a shorter or longer name).
+    pub(super) fn parse_store_key(&self, name: &[u8]) -> Option<StoreKey> {
+        let hex = name.strip_prefix(self.prefix.as_bytes())?;
+        let hex = match self.sharded {
+            true => {
+                let (tag, hex) = (hex.get(..4)?, hex.get(4..)?);
+                (tag[0] == b'{' && tag[3] == b'}' && tag[1..3] == *hex.get(..2)?).then_some(hex)?
+            }
+            false => hex,
+        };
+        let mut key = [0u8; 32];
+        if hex.len() != 64 || hex.iter().any(u8::is_ascii_uppercase) {
+            return None;
+        }
+        hex::decode_to_slice(hex, &mut key).ok()?;
+        Some(StoreKey(key))
+    }
+
     /// The channel that wakes watchers of `key`.
     pub(super) fn channel(&self, key: &StoreKey) -> Arc<str> {
         if self.sharded {
@@ -94,6 +127,23 @@ mod tests {
         let all = layout.all_channels();
         assert_eq!(all.len(), 256);
         assert!(all.contains(&"idem:events:{ab}".to_string()));
+    }
+
+    #[test]
+    fn record_keys_parse_back_and_nothing_else_does() {
+        let key = StoreKey([0xab; 32]);
+        for sharded in [false, true] {
+            let layout = Layout::new("idem:*", sharded);
+            assert_eq!(layout.parse_store_key(&layout.store_key(&key)), Some(key));
+            assert_eq!(layout.scan_pattern(), b"idem:\\**".to_vec());
+            for other in ["idem:*events", "idem:*{ab}ab", "other:ab"] {
+                assert_eq!(layout.parse_store_key(other.as_bytes()), None, "{other}");
+            }
+        }
+        let cluster = Layout::new("p:", true);
+        let mut wrong_tag = cluster.store_key(&key);
+        wrong_tag[3] = b'c';
+        assert_eq!(cluster.parse_store_key(&wrong_tag), None);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 mod command;
 mod conn;
 mod keys;
+mod listing;
 mod local;
 mod scripts;
 mod sentinel;

@@ -1,0 +1,120 @@
+//! `/v1/keys/{route}/{key}[?scope=…]`: inspect (`GET`, `&body=true` for the stored body),
+//! release (`DELETE`) or resolve (`POST …/resolve`, `resolve.rs`) one key (SPEC §6, §1).
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use base64::Engine;
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::reply::{decode, error, json_response, no_content, param, AdminResponse};
+use super::{resolve, Admin};
+use crate::key::StoreKey;
+use crate::store::{Record, RecordState, Store, StoreError};
+
+/// One key named by the path and `?scope=`.
+pub(super) struct KeyRef {
+    pub(super) route: String,
+    pub(super) store_key: StoreKey,
+}
+
+pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().map(str::to_owned);
+    let Some((route, key)) = path["/v1/keys/".len()..].split_once('/') else {
+        return error(StatusCode::NOT_FOUND, "use /v1/keys/{route}/{key}");
+    };
+    // A key is URL-encoded in the path, so a literal `/resolve` ending is the action.
+    let (key, resolving) = match (req.method(), key.strip_suffix("/resolve")) {
+        (&Method::POST, Some(key)) => (key, true),
+        _ => (key, false),
+    };
+    let (route, key) = (decode(route), decode(key));
+    let scope = param(query.as_deref(), "scope").unwrap_or_default();
+    let with_body = param(query.as_deref(), "body").is_some_and(|v| v == "true");
+    let at = KeyRef {
+        store_key: StoreKey::new(&route, &scope, &key),
+        route,
+    };
+    let stores = &admin.stores;
+    match *req.method() {
+        Method::POST if resolving => resolve::resolve(admin, &at, req).await,
+        Method::GET => match any_store(stores, |s| s.get(&at.store_key)).await {
+            Ok((Some(record), _)) => json_response(StatusCode::OK, &describe(&record, with_body)),
+            Ok((None, _)) => error(StatusCode::NOT_FOUND, "no such key"),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        },
+        Method::DELETE => match any_store(stores, |s| s.delete(&at.store_key)).await {
+            Ok((true, _)) => no_content(),
+            Ok((false, _)) => error(StatusCode::NOT_FOUND, "no such key"),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        },
+        _ => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "use GET or DELETE on /v1/keys/{route}/{key}, or POST /v1/keys/{route}/{key}/resolve",
+        ),
+    }
+}
+
+/// Run `op` on the first worker store connection that answers, and say which: after a
+/// Redis outage each worker's connection recovers on its own, and an operator's request
+/// should not fail on the one that has not been used yet.
+pub(super) async fn any_store<'a, T, F>(
+    stores: &'a [Store],
+    op: impl Fn(&'a Store) -> F,
+) -> Result<(T, &'a Store), StoreError>
+where
+    F: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut last = StoreError::Unavailable("no store".to_owned());
+    for store in stores {
+        match op(store).await {
+            Ok(value) => return Ok((value, store)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// RFC 3339 with milliseconds, as every admin timestamp.
+pub(super) fn time(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// The record as the admin API shows it (SPEC §6). The body only when asked for.
+pub fn describe(record: &Record, with_body: bool) -> serde_json::Value {
+    let mut v = json!({
+        "route": record.route,
+        "key": record.key,
+        "scope": record.scope,
+        "state": match record.state { RecordState::InProgress => "in_progress", RecordState::Completed => "completed" },
+        "attempt": record.attempt,
+        "created_at": time(record.created_at_ms),
+        "expires_at": time(record.expires_at_ms),
+    });
+    if let Some(settled) = record.settled {
+        // How an unknown outcome was settled: reconciled, resolved or not_executed.
+        v["settled"] = json!(settled.as_str());
+    } else if record.lease_ended(crate::store::record::now_ms()) {
+        v["outcome_unknown"] = json!(true);
+    }
+    if let Some(link) = &record.trace {
+        // The execution that produced (or is producing) the answer, for a trace search.
+        v["trace_id"] = json!(link.trace_id_hex());
+        v["span_id"] = json!(hex::encode(link.span_id));
+    }
+    if let Some(response) = &record.response {
+        v["status"] = json!(response.status);
+        v["body_stored"] = json!(response.body.is_some());
+        if let (true, Some(body)) = (with_body, &response.body) {
+            match std::str::from_utf8(body) {
+                Ok(text) => v["body"] = json!(text),
+                Err(_) => {
+                    v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(body))
+                }
+            }
+        }
+    }
+    v
+}

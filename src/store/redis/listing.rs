@@ -1,0 +1,221 @@
+//! Listing in-progress records for operators (SPEC §1 "Unknown outcomes"): `SCAN` the
+//! keyspace under the prefix on every master, read each record's state byte
+//! (`GETRANGE key 0 0`) so that completed records — nearly all of them, and the ones
+//! carrying bodies — are never transferred, then `GET` the in-progress ones. The
+//! commands of a batch go out together on the multiplexed link (pipelined).
+//!
+//! Cluster: `CLUSTER SHARDS` names the shards; each is scanned through one of its slots,
+//! routed to that slot's master by the client's own slot map, so the configured
+//! credentials and TLS apply and no announced address needs translating.
+//!
+//! Cost: O(records under the prefix) per call, in batches of [`BATCH`], each command
+//! bounded by `op_timeout`. An admin operation, never on the request path. Names under
+//! the prefix that are not record keys (another program's, a `TYPE` other than string)
+//! are skipped.
+
+use futures_util::future::join_all;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{FromRedisValue, Value};
+
+use super::conn::Link;
+use super::RedisStore;
+use crate::key::StoreKey;
+use crate::store::listing::Soonest;
+use crate::store::record::decode;
+use crate::store::{Record, StoreError};
+
+/// Keys asked for per `SCAN` step (a hint to Redis), and so records read per batch.
+const BATCH: usize = 500;
+
+impl RedisStore {
+    pub async fn list_in_progress(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
+        let link = self.conn.link();
+        let nodes: Vec<Option<u16>> = match &link {
+            Link::Cluster(cluster) => {
+                let slots = self.shard_slots(cluster.clone()).await?;
+                slots.into_iter().map(Some).collect()
+            }
+            _ => vec![None],
+        };
+        let mut soonest = Soonest::new(limit);
+        for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let (next, names) = self.scan(&link, node, cursor).await?;
+                let keys = names
+                    .iter()
+                    .filter_map(|name| Some((self.layout.parse_store_key(name)?, &name[..])));
+                for (key, record) in self.read_in_progress(&link, keys.collect()).await? {
+                    soonest.push(key, record);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(soonest.finish())
+    }
+
+    /// One `SCAN` step on the node of `slot` (cluster) or the one server.
+    async fn scan(
+        &self,
+        link: &Link,
+        slot: Option<u16>,
+        cursor: u64,
+    ) -> Result<(u64, Vec<Vec<u8>>), StoreError> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(self.layout.scan_pattern())
+            .arg("COUNT")
+            .arg(BATCH)
+            .arg("TYPE")
+            .arg("string");
+        let reply = match (link, slot) {
+            (Link::Cluster(cluster), Some(slot)) => {
+                let mut cluster = cluster.clone();
+                let route = Route::new(slot, SlotAddr::Master);
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                self.bounded(&self.conn, cluster.route_command(cmd, to))
+                    .await?
+            }
+            _ => {
+                let mut link = link.clone();
+                self.bounded(&self.conn, cmd.query_async::<Value>(&mut link))
+                    .await?
+            }
+        };
+        <(u64, Vec<Vec<u8>>)>::from_redis_value(reply)
+            .map_err(|e| StoreError::Unavailable(format!("unexpected SCAN reply: {e}")))
+    }
+
+    /// The in-progress records among `keys`: state bytes first, then the records.
+    async fn read_in_progress(
+        &self,
+        link: &Link,
+        keys: Vec<(StoreKey, &[u8])>,
+    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
+        let send = |verb: &str, name: &[u8], range: bool| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(name);
+            if range {
+                cmd.arg(0).arg(0);
+            }
+            let mut link = link.clone();
+            async move {
+                self.bounded(&self.conn, cmd.query_async::<Option<Vec<u8>>>(&mut link))
+                    .await
+            }
+        };
+        let states = join_all(keys.iter().map(|(_, name)| send("GETRANGE", name, true))).await;
+        let mut pending = Vec::new();
+        for (key, state) in keys.into_iter().zip(states) {
+            if state?.as_deref() == Some(b"P") {
+                pending.push(key);
+            }
+        }
+        let bodies = join_all(pending.iter().map(|(_, name)| send("GET", name, false))).await;
+        let mut records = Vec::with_capacity(pending.len());
+        for ((key, name), bytes) in pending.into_iter().zip(bodies) {
+            // Completed or deleted since its state byte was read: not in progress.
+            let Some(bytes) = bytes? else { continue };
+            match decode(&bytes) {
+                Ok(record) => records.push((key, record)),
+                Err(e) => tracing::warn!(key = %String::from_utf8_lossy(name), error = %e,
+                    "skipping an unreadable record while listing"),
+            }
+        }
+        Ok(records)
+    }
+
+    /// One slot of every shard that serves any, from `CLUSTER SHARDS` (Redis ≥ 7).
+    async fn shard_slots(&self, mut cluster: ClusterConnection) -> Result<Vec<u16>, StoreError> {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SHARDS");
+        let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let reply = self
+            .bounded(&self.conn, cluster.route_command(cmd, to))
+            .await?;
+        let slots = first_slots(&reply);
+        if slots.is_empty() {
+            return Err(StoreError::Unavailable(
+                "CLUSTER SHARDS named no shard serving slots".to_owned(),
+            ));
+        }
+        Ok(slots)
+    }
+}
+
+/// The first slot of each shard's `slots` ranges. Each shard is a RESP3 map or a RESP2
+/// array of alternating field names and values.
+fn first_slots(reply: &Value) -> Vec<u16> {
+    let Value::Array(shards) = reply else {
+        return Vec::new();
+    };
+    let first = |shard: &Value| {
+        let (_, slots) = fields(shard).into_iter().find(|(n, _)| *n == b"slots")?;
+        match slots {
+            Value::Array(bounds) => match bounds.first()? {
+                Value::Int(slot) => u16::try_from(*slot).ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    shards.iter().filter_map(first).collect()
+}
+
+fn name(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn fields(value: &Value) -> Vec<(&[u8], &Value)> {
+    match value {
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((name(k)?, v)))
+            .collect(),
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .filter_map(|p| Some((name(&p[0])?, &p[1])))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn one_slot_per_shard_in_either_protocol() {
+        let resp2 = Value::Array(vec![
+            Value::Array(vec![
+                bulk("slots"),
+                Value::Array(vec![Value::Int(0), Value::Int(5460)]),
+                bulk("nodes"),
+                Value::Array(vec![]),
+            ]),
+            Value::Array(vec![bulk("slots"), Value::Array(vec![])]),
+        ]);
+        assert_eq!(first_slots(&resp2), vec![0]);
+        let resp3 = Value::Array(vec![Value::Map(vec![(
+            bulk("slots"),
+            Value::Array(vec![Value::Int(5461), Value::Int(10922)]),
+        )])]);
+        assert_eq!(first_slots(&resp3), vec![5461]);
+    }
+}
