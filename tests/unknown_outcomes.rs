@@ -130,6 +130,11 @@ async fn reconcile_found_replays_without_forwarding(backend: Backend) {
     assert_eq!(r.header("idempotent-reconciled"), Some("true"));
     assert_eq!(r.json()["found"], "charge:f1");
     assert_eq!(env.upstream.executions("charge:f1"), 1, "nothing forwarded");
+    let metrics = send("GET", &b.admin_url("/metrics"), &[], "").await.text();
+    let found = metrics
+        .lines()
+        .find(|l| l.starts_with("idem_reconciliations_total") && l.contains("result=\"found\""));
+    assert!(found.is_some_and(|l| l.ends_with(" 1")), "{metrics}");
     let lookups: Vec<_> = env
         .upstream
         .received()

@@ -41,7 +41,14 @@ pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminRespon
     match *req.method() {
         Method::POST if resolving => resolve::resolve(admin, &at, req).await,
         Method::GET => match any_store(stores, |s| s.get(&at.store_key)).await {
-            Ok((Some(record), _)) => json_response(StatusCode::OK, &describe(&record, with_body)),
+            Ok((Some(mut record), _)) => {
+                // A sealed response is shown opened when a listed key opens it, else
+                // as `sealed` (the key's id, never its material).
+                if let Some(keyring) = admin.control.keyring() {
+                    let _ = keyring.open(&mut record, &at.store_key);
+                }
+                json_response(StatusCode::OK, &describe(&record, with_body))
+            }
             Ok((None, _)) => error(StatusCode::NOT_FOUND, "no such key"),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
         },
@@ -103,6 +110,10 @@ pub fn describe(record: &Record, with_body: bool) -> serde_json::Value {
         // The execution that produced (or is producing) the answer, for a trace search.
         v["trace_id"] = json!(link.trace_id_hex());
         v["span_id"] = json!(hex::encode(link.span_id));
+    }
+    if let Some(sealed) = &record.sealed {
+        // Not opened by any listed key: only the id of the key that sealed it.
+        v["sealed_with"] = json!(sealed.key_id);
     }
     if let Some(response) = &record.response {
         v["status"] = json!(response.status);

@@ -139,10 +139,14 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         }
         None => (record.not_executed(), Resolution::NotExecuted),
     };
+    let mut sealed = settled.clone();
+    if let Some(keyring) = admin.control.keyring() {
+        keyring.seal(&mut sealed, &at.store_key);
+    }
     let written = store.take_over(
         &at.store_key,
         &record.token,
-        &settled,
+        &sealed,
         policy.retention,
         now_ms(),
     );

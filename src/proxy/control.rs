@@ -120,6 +120,12 @@ impl Control {
         self.lock().config.routes.clone()
     }
 
+    /// The loaded `store.encryption` keys (the admin API seals what it writes and opens
+    /// what it shows with them).
+    pub fn keyring(&self) -> Option<Arc<Keyring>> {
+        self.lock().config.store.encryption.clone()
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

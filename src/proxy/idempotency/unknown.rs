@@ -14,6 +14,7 @@ use super::super::outcome::StoreOp;
 use super::super::problem::{self, Problem, UnknownBecause};
 use super::Flow;
 use crate::key;
+use crate::metrics::Reconciliation;
 use crate::proxy::intent::Intent;
 use crate::store::record::now_ms;
 use crate::store::{Record, Settled, StoreError};
@@ -65,9 +66,18 @@ impl Flow<'_> {
         let upstream_key = key::upstream_key(&intent.key, existing.attempt);
         let Some(request) = self.lookup_request(&upstream_key) else {
             let reason = "a placeholder of reconcile.path does not resolve from the request";
+            let metrics = &self.cx.worker.metrics;
+            metrics.reconciled(&policy.name, Reconciliation::Failed);
             return self.lookup_failed(existing, reason);
         };
-        match exchange::lookup(self.cx, request, reconcile, &policy).await {
+        let looked = exchange::lookup(self.cx, request, reconcile, &policy).await;
+        let result = match &looked {
+            Lookup::Found(_) => Reconciliation::Found,
+            Lookup::Absent => Reconciliation::Absent,
+            Lookup::Failed(_) => Reconciliation::Failed,
+        };
+        self.cx.worker.metrics.reconciled(&policy.name, result);
+        match looked {
             Lookup::Found(response) => {
                 let settled =
                     existing.settled_with(Settled::Reconciled, response, policy.retention);
