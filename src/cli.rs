@@ -101,6 +101,9 @@ pub enum KeyAction {
     /// repeat then gets that response) or `--not-executed` (the next repeat is sent once,
     /// with the same upstream key). Refused (exit 1) unless KEY is an unknown outcome.
     Resolve(ResolveArgs),
+    /// Print a fresh key for `store.encryption`: 32 random bytes in base64, to put in a
+    /// file (a Kubernetes Secret key). Talks to nothing.
+    NewEncryptionKey,
 }
 
 #[derive(Debug, clap::Args)]

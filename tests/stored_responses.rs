@@ -255,3 +255,52 @@ async fn rotation_start_to_finish() {
     assert_eq!((r.status, r.code().as_str()), (409, "record_unreadable"));
     assert_eq!(env.upstream.executions("charge:r-new"), 1);
 }
+
+/// `idem keys new-encryption-key` prints a fresh key a config can use as it is, and
+/// `idem check` names the key ids, never the material.
+#[test]
+fn a_new_key_from_the_cli_is_accepted_and_never_echoed() {
+    let idem = env!("CARGO_BIN_EXE_idem");
+    let run = |args: &[&str]| {
+        std::process::Command::new(idem)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["keys", "new-encryption-key"]);
+    assert!(out.status.success());
+    let key = String::from_utf8(out.stdout).unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(key.trim())
+        .unwrap();
+    assert_eq!(bytes.len(), 32);
+    let again = run(&["keys", "new-encryption-key"]);
+    assert_ne!(again.stdout, key.as_bytes(), "fresh every time");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("k1");
+    std::fs::write(&file, &key).unwrap();
+    let config = dir.path().join("idem.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "upstream:\n  url: http://127.0.0.1:3000\nstore:\n  encryption:\n    keys:\n      - {{id: k1, file: {}}}\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    let check = run(&["check", "--config", config.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&check.stdout).into_owned()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(check.status.success(), "{text}");
+    assert!(!text.contains(key.trim()), "{text}");
+    assert!(text.contains("sealed (keys: k1)"), "{text}");
+    std::fs::write(&file, "c2hvcnQ=").unwrap();
+    let bad = run(&["check", "--config", config.to_str().unwrap()]);
+    let text =
+        String::from_utf8_lossy(&bad.stderr).into_owned() + &String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(64), "{text}");
+    assert!(
+        text.contains("store.encryption.keys[0].file") && text.contains("holds 5 bytes"),
+        "{text}"
+    );
+}

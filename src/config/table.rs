@@ -22,6 +22,16 @@ const HEADERS: [&str; 9] = [
 impl Config {
     /// The store in a few words: for Redis the mode and where, never the credentials.
     fn store_summary(&self) -> String {
+        let mut out = self.backend_summary();
+        if let Some(keyring) = &self.store.encryption {
+            // Key ids only: the material never leaves the keyring.
+            let ids: Vec<&str> = keyring.ids().collect();
+            out.push_str(&format!(" sealed (keys: {})", ids.join(", ")));
+        }
+        out
+    }
+
+    fn backend_summary(&self) -> String {
         let StoreBackend::Redis(r) = &self.store.backend else {
             return self.store.backend_name().to_string();
         };
