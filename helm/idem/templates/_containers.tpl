@@ -120,6 +120,13 @@
       mountPath: /etc/idem-redis-ca
       readOnly: true
     {{- end }}
+    {{- if .Values.encryption.keys }}
+    # The directory: kubelet refreshes the files when the Secret changes, and a SIGHUP
+    # (or the rollout a values change makes) picks up a rotated key list.
+    - name: idem-keys
+      mountPath: /etc/idem-keys
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* The user's application container. */}}

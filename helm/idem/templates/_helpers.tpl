@@ -163,8 +163,16 @@ upstream:
   {{- end }}
 store:
   backend: {{ include "idem.storeBackend" . }}
-  {{- with omit $store "backend" "redis" "postgres" }}
+  {{- with omit $store "backend" "redis" "postgres" "encryption" }}
   {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- with .Values.encryption.keys }}
+  encryption:
+    keys:
+      {{- range . }}
+      - id: {{ .id | quote }}
+        file: {{ printf "/etc/idem-keys/%s" (.secretKey | default .id) | quote }}
+      {{- end }}
   {{- end }}
   {{- if or (include "idem.redisInUse" .) $store.redis }}
   redis:
@@ -246,6 +254,9 @@ routes:
 {{- end -}}
 {{- if and (eq $backend "postgres") (not .Values.postgres.existingSecret) -}}
 {{- fail "idem.config.store.backend=postgres needs postgres.existingSecret: the Secret whose key postgres.existingSecretUrlKey holds the URL (postgres://user:password@host:5432/db?sslmode=verify-full)." -}}
+{{- end -}}
+{{- if and .Values.encryption.keys (not .Values.encryption.existingSecret) -}}
+{{- fail "encryption.keys needs encryption.existingSecret: the Secret holding each key (32 random bytes in base64, from `idem keys new-encryption-key`), mounted at /etc/idem-keys." -}}
 {{- end -}}
 {{- if eq $backend "redis" -}}
 {{- $r := .Values.redis -}}
