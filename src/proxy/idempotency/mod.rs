@@ -1,17 +1,14 @@
 //! The protected flow of one request (SPEC §1 steps 2–5): read the body, derive the
 //! intent, reserve its key, and either forward (winner), replay, or refuse (loser).
 
-use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{request, Response};
+use http::request;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::body::ProxyBody;
 use super::context::RequestContext;
 use super::decide::{decide, Decision};
 use super::execute::{self, Call};
@@ -20,16 +17,15 @@ use super::intent::{key_problem, read_body, Intent};
 use super::lease::release_orphan;
 use super::outcome::{Outcome, StoreOp};
 use super::problem::{self, Problem, ProblemFormat};
-use super::replay::{replay, replay_mcp};
-use super::{forward_unprotected, Handled};
+use super::Handled;
 use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
 use crate::store::record::now_ms;
-use crate::store::seal::{Keyring, Unreadable};
-use crate::store::{Record, Reserve, Settled, StoreError, StoredResponse, Token};
+use crate::store::seal::Keyring;
+use crate::store::{Record, Reserve, Settled, StoreError, Token};
 use crate::traces::RequestTrace;
 use unknown::Settling;
 
@@ -44,6 +40,7 @@ pub struct Inbound {
     pub keyring: Option<Arc<Keyring>>,
 }
 
+mod respond;
 mod unknown;
 
 /// One protected request on its way through the flow.
@@ -316,90 +313,5 @@ impl<'a> Flow<'a> {
             ..Handled::answered(response, Outcome::Forwarded)
         };
         handled.upstream_since(started)
-    }
-
-    /// The store could not answer: refuse (default) or forward unprotected, marked.
-    async fn store_failed(self, error: StoreError) -> Handled {
-        tracing::warn!(error = %error, "idempotency store unavailable");
-        match self.on_store_error {
-            OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::StoreError),
-            OnStoreError::Passthrough => {
-                self.cx.worker.metrics.degraded.inc();
-                let mut handled = self.unprotected(Outcome::StoreError).await;
-                let headers = handled.response.headers_mut();
-                headers.insert(super::headers::IDEMPOTENCY_DEGRADED, super::headers::TRUE);
-                handled
-            }
-        }
-    }
-
-    /// Forward without idempotency (`require_key: false`, or a degraded store).
-    async fn unprotected(self, outcome: Outcome) -> Handled {
-        let body = Either::Left(Full::new(self.body.raw().clone()));
-        let started = Instant::now();
-        let (cx, format) = (self.cx, &self.format);
-        let (parts, ip) = (self.parts, self.client_ip);
-        let response = forward_unprotected(&cx.worker, cx.trace(), parts, body, ip, format).await;
-        let handled = Handled {
-            key: self.key,
-            store_time: self.store_time,
-            ..Handled::answered(response, outcome)
-        };
-        handled.upstream_since(started)
-    }
-
-    /// `existing` with its sealed response opened, or the 409 `record_unreadable` when no
-    /// listed key opens it: never executed again.
-    fn open(&self, mut existing: Record, key: &StoreKey) -> Result<Record, Problem> {
-        if existing.sealed.is_none() {
-            return Ok(existing);
-        }
-        let opened = match &self.keyring {
-            Some(keyring) => keyring.open(&mut existing, key),
-            None => Err(Unreadable(
-                "this replica has no store.encryption keys".to_owned(),
-            )),
-        };
-        match opened {
-            Ok(()) => Ok(existing),
-            Err(why) => {
-                tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
-                self.cx.worker.metrics.unreadable(&self.policy.name);
-                Err(problem::record_unreadable(&self.policy.name))
-            }
-        }
-    }
-
-    /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).
-    fn replay(self, stored: &StoredResponse, body: &Bytes, reconciled: bool) -> Handled {
-        let mut response = match &self.mcp {
-            Some(call) => replay_mcp(stored, body, call),
-            None => replay(stored, body),
-        };
-        if reconciled {
-            let headers = response.headers_mut();
-            headers.insert(super::headers::IDEMPOTENT_RECONCILED, super::headers::TRUE);
-        }
-        self.answer(response, Outcome::Replayed)
-    }
-
-    fn refuse(self, p: Problem, outcome: Outcome) -> Handled {
-        let response = self.format.respond(p);
-        self.answer(response, outcome)
-    }
-
-    fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
-        Handled {
-            key: self.key,
-            store_time: self.store_time,
-            ..Handled::answered(response, outcome)
-        }
-    }
-
-    /// Run one store round trip, timed for the metrics and the request's log line.
-    async fn timed<T>(&mut self, op: StoreOp, round_trip: impl Future<Output = T>) -> T {
-        let (out, took) = self.cx.store_op(op, round_trip).await;
-        self.store_time += took;
-        out
     }
 }

@@ -1,0 +1,113 @@
+//! How the protected flow answers when it does not forward: a replay, a refusal, the
+//! store's failure (refuse or degrade), a sealed record opened or found unreadable.
+
+use std::future::Future;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::Response;
+use http_body_util::{Either, Full};
+
+use super::super::body::ProxyBody;
+use super::super::outcome::{Outcome, StoreOp};
+use super::super::problem::{self, Problem};
+use super::super::replay::{replay, replay_mcp};
+use super::super::{forward_unprotected, Handled};
+use super::Flow;
+use crate::config::OnStoreError;
+use crate::key::StoreKey;
+use crate::store::seal::Unreadable;
+use crate::store::{Record, StoreError, StoredResponse};
+
+impl Flow<'_> {
+    /// The store could not answer: refuse (default) or forward unprotected, marked.
+    pub(super) async fn store_failed(self, error: StoreError) -> Handled {
+        tracing::warn!(error = %error, "idempotency store unavailable");
+        match self.on_store_error {
+            OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::StoreError),
+            OnStoreError::Passthrough => {
+                self.cx.worker.metrics.degraded.inc();
+                let mut handled = self.unprotected(Outcome::StoreError).await;
+                let headers = handled.response.headers_mut();
+                headers.insert(
+                    super::super::headers::IDEMPOTENCY_DEGRADED,
+                    super::super::headers::TRUE,
+                );
+                handled
+            }
+        }
+    }
+
+    /// Forward without idempotency (`require_key: false`, or a degraded store).
+    pub(super) async fn unprotected(self, outcome: Outcome) -> Handled {
+        let body = Either::Left(Full::new(self.body.raw().clone()));
+        let started = Instant::now();
+        let (cx, format) = (self.cx, &self.format);
+        let (parts, ip) = (self.parts, self.client_ip);
+        let response = forward_unprotected(&cx.worker, cx.trace(), parts, body, ip, format).await;
+        let handled = Handled {
+            key: self.key,
+            store_time: self.store_time,
+            ..Handled::answered(response, outcome)
+        };
+        handled.upstream_since(started)
+    }
+
+    /// `existing` with its sealed response opened, or the 409 `record_unreadable` when no
+    /// listed key opens it: never executed again.
+    pub(super) fn open(&self, mut existing: Record, key: &StoreKey) -> Result<Record, Problem> {
+        if existing.sealed.is_none() {
+            return Ok(existing);
+        }
+        let opened = match &self.keyring {
+            Some(keyring) => keyring.open(&mut existing, key),
+            None => Err(Unreadable(
+                "this replica has no store.encryption keys".to_owned(),
+            )),
+        };
+        match opened {
+            Ok(()) => Ok(existing),
+            Err(why) => {
+                tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
+                self.cx.worker.metrics.unreadable(&self.policy.name);
+                Err(problem::record_unreadable(&self.policy.name))
+            }
+        }
+    }
+
+    /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).
+    pub(super) fn replay(self, stored: &StoredResponse, body: &Bytes, reconciled: bool) -> Handled {
+        let mut response = match &self.mcp {
+            Some(call) => replay_mcp(stored, body, call),
+            None => replay(stored, body),
+        };
+        if reconciled {
+            let headers = response.headers_mut();
+            headers.insert(
+                super::super::headers::IDEMPOTENT_RECONCILED,
+                super::super::headers::TRUE,
+            );
+        }
+        self.answer(response, Outcome::Replayed)
+    }
+
+    pub(super) fn refuse(self, p: Problem, outcome: Outcome) -> Handled {
+        let response = self.format.respond(p);
+        self.answer(response, outcome)
+    }
+
+    pub(super) fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
+        Handled {
+            key: self.key,
+            store_time: self.store_time,
+            ..Handled::answered(response, outcome)
+        }
+    }
+
+    /// Run one store round trip, timed for the metrics and the request's log line.
+    pub(super) async fn timed<T>(&mut self, op: StoreOp, round_trip: impl Future<Output = T>) -> T {
+        let (out, took) = self.cx.store_op(op, round_trip).await;
+        self.store_time += took;
+        out
+    }
+}
