@@ -1,9 +1,7 @@
 //! A test environment: a mock upstream and a store backend (its own redis-server or
 //! PostgreSQL for those), with idem configured for both.
 
-use idem::app::Running;
-
-use super::harness;
+use super::harness::{self, Idem};
 pub use super::store::Backend;
 use super::upstream::MockUpstream;
 
@@ -30,11 +28,11 @@ impl Env {
     }
 
     /// Start idem with these extra top-level YAML sections (usually `routes:`).
-    pub async fn idem(&self, extra: &str) -> Running {
+    pub async fn idem(&self, extra: &str) -> Idem {
         self.idem_with_timeout(extra, "3s").await
     }
 
-    pub async fn idem_with_timeout(&self, extra: &str, upstream_timeout: &str) -> Running {
+    pub async fn idem_with_timeout(&self, extra: &str, upstream_timeout: &str) -> Idem {
         harness::start(&format!("{}{extra}", self.base_yaml(upstream_timeout))).await
     }
 }
