@@ -36,39 +36,3 @@ impl Env {
         harness::start(&format!("{}{extra}", self.base_yaml(upstream_timeout))).await
     }
 }
-
-/// Instantiate an `async fn(Backend)` test case for every store (memory, Redis,
-/// PostgreSQL).
-#[macro_export]
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        $crate::store_cases!([memory, redis, postgres] [$($name),*]);
-    };
-}
-
-/// Instantiate an `async fn(Backend)` test case for the stores several idem processes
-/// can share (Redis, PostgreSQL).
-#[macro_export]
-macro_rules! shared_stores {
-    ($($name:ident),* $(,)?) => {
-        $crate::store_cases!([redis, postgres] [$($name),*]);
-    };
-}
-
-/// One module per store, named after its `Backend` constructor, with a test per case.
-#[macro_export]
-macro_rules! store_cases {
-    ([$($store:ident),*] $names:tt) => {
-        $($crate::store_cases!(@one $store $names);)*
-    };
-    (@one $store:ident [$($name:ident),*]) => {
-        mod $store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::support::store::Backend::$store()).await
-                }
-            )*
-        }
-    };
-}
