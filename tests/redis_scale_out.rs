@@ -360,12 +360,12 @@ fn documented(r: &Result<Resp, String>) -> Result<(), String> {
 
 /// Fresh intents needed before the fault, and after the switch, for the run to mean
 /// anything.
-const MIN_BEFORE_FAULT: usize = 20;
+const MIN_BEFORE_FAULT: usize = 50;
 const MIN_AFTER_SWITCH: usize = 20;
 /// How long after the switch idem may take to serve fresh intents again.
 const SERVE_AGAIN_WITHIN: Duration = Duration::from_secs(30);
 
-/// Sends fresh intents from 6 concurrent loops over `idems`; once 20 were answered runs
+/// Sends fresh intents from 6 concurrent loops over `idems`; once 50 were answered runs
 /// `fault` (which returns once the store has switched), keeps the load going until
 /// fresh intents sent after the switch were answered 2xx and nothing failed for 1.5 s
 /// (at most 30 s), then repeats every intent: an intent answered before the fault is
