@@ -193,7 +193,7 @@ async fn caller_that_stops_reading_does_not_stop_the_record(b: Backend) {
     }
 }
 
-both_stores!(
+store_cases!([memory, redis, postgres] [
     caller_gone_mid_body_the_call_completes_and_the_retry_replays,
     caller_that_stops_reading_does_not_stop_the_record
-);
+]);

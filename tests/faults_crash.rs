@@ -43,7 +43,7 @@ async fn metric(p: &IdemProcess, name: &str) -> f64 {
     )
 }
 
-shared_stores!(frozen_owner_cannot_overwrite_its_successor);
+store_cases!([redis, postgres][frozen_owner_cannot_overwrite_its_successor]);
 
 async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
     let env = Env::new(backend).await;

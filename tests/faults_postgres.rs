@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use support::env::{Backend, Env};
-use support::harness::{assert_all_got_the_one_result, post, send, try_send, IdemProcess};
+use support::harness::{assert_all_got_the_one_result, post, try_send, IdemProcess};
+use support::poll::eventually;
 use support::postgres::PgServer;
 use support::upstream::MockUpstream;
 
@@ -56,7 +57,12 @@ async fn database_killed_mid_request_and_restarted() {
         let u = u.clone();
         async move { post(&u, &[("x-mock-delay-ms", "1500")], "{}").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(
+        Duration::from_secs(10),
+        "the first call at the upstream",
+        async || env.upstream.executions("charge:inv_mid") == 1,
+    )
+    .await;
     let pg = env.backend.postgres_server_mut();
     pg.kill();
     let refusing = Instant::now();
@@ -146,6 +152,11 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let refused = Arc::new(AtomicU64::new(0));
+    // Intents answered so far, and those of them first sent after the promotion (ms
+    // after `t0`; `u64::MAX` until then): what the test waits for instead of a clock.
+    let answered_count = Arc::new(AtomicU64::new(0));
+    let promoted_at = Arc::new(AtomicU64::new(u64::MAX));
+    let served_after_promotion = Arc::new(AtomicU64::new(0));
     // When (ms after `t0`) a caller was last refused: the end of the unavailable window.
     let t0 = Instant::now();
     let last_refusal = Arc::new(AtomicU64::new(0));
@@ -153,6 +164,11 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
         .map(|c| {
             let (processes, stop, refused) = (processes.clone(), stop.clone(), refused.clone());
             let last_refusal = last_refusal.clone();
+            let (answered_count, promoted_at, served_after_promotion) = (
+                answered_count.clone(),
+                promoted_at.clone(),
+                served_after_promotion.clone(),
+            );
             tokio::spawn(async move {
                 let mut answered = Vec::new();
                 let mut n = 0;
@@ -162,6 +178,7 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
                     // The caller retries an intent (through any process) until answered.
                     let mut attempt = 0;
                     let started = Instant::now();
+                    let sent_at = u64::try_from(t0.elapsed().as_millis()).unwrap_or(0);
                     let answer = loop {
                         let p = &processes[(c + attempt) % 3];
                         attempt += 1;
@@ -189,6 +206,10 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     };
                     answered.push((intent, answer.body));
+                    answered_count.fetch_add(1, Ordering::Relaxed);
+                    if sent_at > promoted_at.load(Ordering::Relaxed) {
+                        served_after_promotion.fetch_add(1, Ordering::Relaxed);
+                    }
                     n += 1;
                 }
                 answered
@@ -196,12 +217,24 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
         })
         .collect();
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Load before the fault: intents answered by the primary, to be replayed after it.
+    eventually(Duration::from_secs(30), "30 intents answered", async || {
+        answered_count.load(Ordering::Relaxed) >= 30
+    })
+    .await;
     primary.kill();
     let killed = Instant::now();
     let killed_at = t0.elapsed();
     standby.psql("SELECT pg_promote()");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let promoted = u64::try_from(t0.elapsed().as_millis()).unwrap_or(0);
+    promoted_at.store(promoted, Ordering::Relaxed);
+    // Load after it, until the promoted standby has served fresh intents.
+    eventually(
+        Duration::from_secs(30),
+        "10 fresh intents answered after the promotion",
+        async || served_after_promotion.load(Ordering::Relaxed) >= 10,
+    )
+    .await;
     stop.store(true, Ordering::Release);
     let mut answered = Vec::new();
     for client in clients {
@@ -227,6 +260,6 @@ async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
         assert!(r.replayed(), "{intent}: {} {}", r.status, r.text());
         assert_eq!(&r.body, body);
     }
-    let ready = send("GET", &processes[0].admin_url("/readyz"), &[], "").await;
-    assert_eq!(ready.status, 200);
+    let ready = processes[0].readiness(200).await;
+    assert_eq!(ready.status, 200, "{}", ready.text());
 }

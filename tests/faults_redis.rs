@@ -12,9 +12,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use idem::app::Running;
 use support::faulty::{Dir, Fault, FaultyProxy};
-use support::harness::{self, admin_url, send, try_send, url, Resp};
+use support::harness::{self, admin_url, send, try_send, url, Idem, Resp};
 use support::poll::eventually;
 use support::redis::RedisServer;
 use support::upstream::MockUpstream;
@@ -28,7 +27,7 @@ struct Rig {
     upstream: MockUpstream,
     redis: RedisServer,
     link: FaultyProxy,
-    idem: Running,
+    idem: Idem,
 }
 
 impl Rig {

@@ -308,9 +308,9 @@ async fn garbage_answer_is_ambiguous(b: Backend) {
     server.abort();
 }
 
-both_stores!(
+store_cases!([memory, redis, postgres] [
     ambiguous_faults_hold_the_key_then_one_retry,
     ambiguous_release_frees_the_key_at_once,
     refused_connection_releases_with_502,
     garbage_answer_is_ambiguous,
-);
+]);

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::app::Running;
+use support::harness::Idem;
 use support::harness::{self, admin_url, metric_sum, post, send, url};
 use support::panics;
 use support::poll::eventually;
@@ -38,11 +39,10 @@ routes:
     max_key_length: 64
 "#;
 
-/// idem in-process, with every panic in the process recorded: tokio catches a panicking
-/// connection task on idem's worker threads, so a panic would otherwise only show as a
-/// dropped connection.
-async fn start(upstream: &MockUpstream, server: &str) -> Running {
-    panics::watch();
+/// idem in-process (the harness records every panic in the process: tokio catches a
+/// panicking connection task on idem's worker threads, so a panic would otherwise only
+/// show as a dropped connection).
+async fn start(upstream: &MockUpstream, server: &str) -> Idem {
     let yaml = format!(
         "{server}upstream:\n  url: {}\n  timeout: 2s\n  connect_timeout: 500ms\nstore:\n  backend: memory\n{ROUTES}",
         upstream.url()
@@ -554,7 +554,7 @@ fn the_panic_watch_sees_every_thread() {
     assert!(
         recorded
             .iter()
-            .any(|p| p.contains("'idem-worker-self-test'") && p.contains(panics::SELF_TEST)),
+            .any(|p| p.thread == "idem-worker-self-test" && p.message.contains(panics::SELF_TEST)),
         "{recorded:?}"
     );
 }

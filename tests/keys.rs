@@ -31,7 +31,7 @@ routes:
     key: "lookup:{path.id}"
 "#;
 
-async fn env() -> (Env, idem::app::Running) {
+async fn env() -> (Env, support::harness::Idem) {
     let env = Env::new(Backend::memory()).await;
     let idem = env.idem(ROUTES).await;
     (env, idem)

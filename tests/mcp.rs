@@ -8,16 +8,17 @@ mod support;
 
 use std::time::Duration;
 
-use idem::app::Running;
 use serde_json::{json, Value};
-use support::harness::{self, post, url};
+use support::harness::{self, post, url, Idem};
+use support::harness::{admin_url, metric_sum, send};
 use support::mcp::{call, outcome, python_client, typescript_client, McpServer};
+use support::poll::eventually;
 use support::redis::RedisServer;
 
 const TOOLS: &str = "[charge_customer, decline, confirm_refund]";
 
 /// idem in front of `server`, one MCP route with `route_extra` settings.
-async fn idem(server: &McpServer, store: &str, route_extra: &str) -> Running {
+async fn idem(server: &McpServer, store: &str, route_extra: &str) -> Idem {
     harness::start(&format!(
         "upstream:\n  url: {}\n  timeout: 30s\n{store}routes:\n  - name: billing\n    path: /mcp\n    mcp:\n      tools: {TOOLS}\n{route_extra}",
         server.url()
@@ -110,6 +111,15 @@ async fn typescript_sessions_get_the_replay_and_keep_their_session() {
     let second = outcome(typescript_client(&mcp, &[&charge("c4", 0.0), &lookup])).await;
     assert_eq!(step(&second, 0)["text"], step(&first, 0)["text"]);
     assert_eq!(step(&second, 0)["isError"], false);
+    for (which, out) in [("first", &first), ("second", &second)] {
+        for when in ["sessionBefore", "sessionAfter"] {
+            let id = out[when].as_str().unwrap_or_default();
+            assert!(
+                !id.is_empty(),
+                "{which} client: no {when} session id: {out}"
+            );
+        }
+    }
     assert_ne!(second["sessionBefore"], first["sessionBefore"]);
     assert_eq!(second["sessionAfter"], second["sessionBefore"]);
     assert_eq!(step(&second, 1)["text"], "c4: active");
@@ -202,30 +212,61 @@ async fn tools_list_marks_protected_tools_only_in_both_eras() {
 
 /// (f) Concurrent duplicates from several clients of both SDKs and both eras, through
 /// two idem replicas sharing Redis (`on_concurrent: wait`): one execution, one result.
+/// Concurrent for certain: the first call is held at the server (a gate) until every
+/// duplicate has reached idem and tried to reserve the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_duplicates_across_two_replicas_run_once() {
     let server = McpServer::start("sse");
     let redis = RedisServer::start();
     let store = redis_store(&redis);
     let wait = "    on_concurrent: wait\n    wait_timeout: 20s\n";
-    let (a, b) = (
+    let replicas = [
         idem(&server, &store, wait).await,
         idem(&server, &store, wait).await,
-    );
-    let (a, b) = (url(&a, "/mcp"), url(&b, "/mcp"));
-    let slow = charge("c6", 1.5);
-    let clients = vec![
-        python_client("session", &a, &[&slow]),
+    ];
+    let (a, b) = (url(&replicas[0], "/mcp"), url(&replicas[1], "/mcp"));
+    let gate = server.gate();
+    let args = json!({"customer": "c6", "amount": 500, "gate": gate});
+    let slow = call("charge_customer", &args);
+    let mut runs = vec![tokio::spawn(outcome(python_client(
+        "session",
+        &a,
+        &[&slow],
+    )))];
+    wait_for_first_call(&server).await;
+    let duplicates = vec![
         python_client("modern", &b, &[&slow]),
         typescript_client(&a, &[&slow]),
         python_client("session", &b, &[&slow]),
         typescript_client(&b, &[&slow]),
         python_client("modern", &a, &[&slow]),
     ];
-    let runs: Vec<_> = clients
-        .into_iter()
-        .map(|c| tokio::spawn(outcome(c)))
-        .collect();
+    runs.extend(duplicates.into_iter().map(|c| tokio::spawn(outcome(c))));
+    // Every `tools/call` reserves once on arrival: six reservations across the two
+    // replicas while the gate holds the first call means all five duplicates arrived
+    // while it ran.
+    eventually(
+        Duration::from_secs(60),
+        "all six calls at idem while the first runs",
+        async || {
+            let mut reserves = 0.0;
+            for idem in &replicas {
+                let text = send("GET", &admin_url(idem, "/metrics"), &[], "")
+                    .await
+                    .text();
+                reserves += metric_sum(&text, "idem_store_duration_seconds_count{op=\"reserve\"}");
+            }
+            reserves == 6.0
+        },
+    )
+    .await;
+    assert_eq!(
+        server.executions("charge_customer"),
+        1,
+        "the first still runs"
+    );
+    assert!(runs.iter().all(|r| !r.is_finished()), "nobody answered yet");
+    server.open_gate();
     let mut texts = Vec::new();
     for run in runs {
         let out = run.await.unwrap();
@@ -254,7 +295,7 @@ async fn in_progress_and_mismatch_are_tool_errors_the_sdk_returns() {
     let args = json!({"customer": "c7", "amount": 500, "gate": gate});
     let slow = call("charge_customer", &args);
     let first = tokio::spawn(outcome(python_client("session", &a, &[&slow])));
-    wait_for(|| server.executions("charge_customer") == 1).await;
+    wait_for_first_call(&server).await;
     for era in ["session", "modern"] {
         let busy = outcome(python_client(era, &b, &[&slow])).await;
         let busy = step(&busy, 0);
@@ -330,7 +371,7 @@ async fn a_disconnected_client_does_not_cancel_the_call() {
     let mut gone = python_client("modern", &mcp, &[&slow])
         .spawn()
         .expect("start client");
-    wait_for(|| server.executions("charge_customer") == 1).await;
+    wait_for_first_call(&server).await;
     gone.kill().await.expect("kill the client mid-call");
     let retry = outcome(python_client("modern", &mcp, &[&slow])).await;
     assert_eq!(step(&retry, 0)["isError"], false, "{retry}");
@@ -341,13 +382,12 @@ async fn a_disconnected_client_does_not_cancel_the_call() {
     assert_eq!(server.executions("charge_customer"), 1);
 }
 
-async fn wait_for(condition: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits until the server runs the first `charge_customer` call.
+async fn wait_for_first_call(server: &McpServer) {
+    eventually(
+        Duration::from_secs(30),
+        "the first call running",
+        async || server.executions("charge_customer") == 1,
+    )
+    .await;
 }

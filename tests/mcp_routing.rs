@@ -5,12 +5,11 @@
 
 mod support;
 
-use idem::app::Running;
 use serde_json::json;
 use support::harness::{self, post, url};
 use support::upstream::MockUpstream;
 
-async fn idem(upstream: &MockUpstream) -> Running {
+async fn idem(upstream: &MockUpstream) -> harness::Idem {
     harness::start(&format!(
         "upstream:\n  url: {}\nroutes:\n  - name: tools\n    path: /mcp\n    max_request_bytes: 1KiB\n    mcp:\n      tools: [charge_customer]\n",
         upstream.url()

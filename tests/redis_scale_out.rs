@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use support::harness::{assert_all_got_the_one_result, try_send, IdemProcess};
+use support::harness::{assert_all_got_the_one_result, try_send_within, IdemProcess, Resp};
 use support::poll::eventually;
 use support::redis::RedisServer;
 use support::redis_acl::{
@@ -28,6 +28,20 @@ use support::upstream::MockUpstream;
 
 const INTENTS: usize = 30;
 const DUPLICATES: usize = 20;
+
+/// A client's patience with one request (the longest legitimate answer is a duplicate
+/// waiting `wait_timeout: 10s`): past it, idem is taken as hung and the test fails.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One request with [`CLIENT_TIMEOUT`].
+async fn try_send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Resp, String> {
+    try_send_within(CLIENT_TIMEOUT, method, url, headers, body).await
+}
 
 fn routes(lease: &str) -> String {
     format!(
@@ -216,7 +230,13 @@ async fn assert_woken_across_replicas(idems: &[IdemProcess], upstream: &MockUpst
             let r = try_send("POST", &winner, &[("x-mock-delay-ms", "1500")], "{}").await;
             (r.expect("winner answered"), Instant::now())
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let key = format!("charge:wake{n}");
+        eventually(
+            Duration::from_secs(10),
+            "the winner at the upstream",
+            async || upstream.executions(&key) == 1,
+        )
+        .await;
         let second = try_send("POST", &waiter, &[], "{}")
             .await
             .expect("answered");
@@ -294,20 +314,62 @@ struct Figures {
     intents: usize,
     /// Answered 2xx the first time.
     answered: usize,
-    /// Refused (503 store_unavailable) or not answered the first time.
+    /// Of those, answered before the fault.
+    answered_before_fault: usize,
+    /// Fresh intents sent after the switch and answered 2xx.
+    served_after_switch: usize,
+    /// Refused (503 store_unavailable, 409) the first time.
     failed: usize,
     /// Executed more than once after every intent was sent once more.
     executed_twice: usize,
+    /// Answered 2xx after the fault, but a repeat did not replay that answer.
+    not_replayed_after_fault: usize,
     /// From the fault to the answer of the last failed request.
     outage: Duration,
     /// From the fault until the store had switched (promotion seen by the test).
     switch: Duration,
+    /// From the switch until the first fresh intent sent after it was answered 2xx.
+    serving_again: Duration,
 }
 
-/// Sends fresh intents from 6 concurrent loops over `idems`; after 1 s runs `fault`
-/// (which returns once the store has switched), keeps the load going until nothing
-/// failed for 1.5 s (idem serves again; at most 30 s), then sends every intent once
-/// more: a repeat must replay, never execute again.
+/// One fresh intent's first request.
+#[derive(Debug, Clone)]
+struct Sent {
+    intent: usize,
+    at: Instant,
+    answered_at: Instant,
+    answer: Result<Resp, String>,
+}
+
+impl Sent {
+    fn ok(&self) -> bool {
+        self.answer.as_ref().is_ok_and(|r| r.status == 201)
+    }
+}
+
+/// What a caller may be answered while the store fails over (SPEC: the store is
+/// unavailable, or the intent is still held): 201, 409, or 503 `store_unavailable`.
+fn documented(r: &Result<Resp, String>) -> Result<(), String> {
+    match r {
+        Ok(r) if r.status == 201 || r.status == 409 => Ok(()),
+        Ok(r) if r.status == 503 && r.code() == "store_unavailable" => Ok(()),
+        Ok(r) => Err(format!("{} {}", r.status, r.text())),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// Fresh intents needed before the fault, and after the switch, for the run to mean
+/// anything.
+const MIN_BEFORE_FAULT: usize = 50;
+const MIN_AFTER_SWITCH: usize = 20;
+/// How long after the switch idem may take to serve fresh intents again.
+const SERVE_AGAIN_WITHIN: Duration = Duration::from_secs(30);
+
+/// Sends fresh intents from 6 concurrent loops over `idems`; once 50 were answered runs
+/// `fault` (which returns once the store has switched), keeps the load going until
+/// fresh intents sent after the switch were answered 2xx and nothing failed for 1.5 s
+/// (at most 30 s), then repeats every intent: an intent answered before the fault is
+/// replayed with its first body; every answer on the way is a documented one.
 async fn load_through(
     idems: &[IdemProcess],
     upstream: &MockUpstream,
@@ -315,76 +377,170 @@ async fn load_through(
 ) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    // (intent, status, answered at)
-    let answers: Arc<Mutex<Vec<(usize, u16, Instant)>>> = Arc::default();
+    let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let urls: Vec<String> = idems.iter().map(|r| r.url("")).collect();
     let loops: Vec<_> = (0..6)
         .map(|_| {
-            let (next, stop, urls, answers) =
-                (next.clone(), stop.clone(), urls.clone(), answers.clone());
+            let (next, stop, urls, sent) = (next.clone(), stop.clone(), urls.clone(), sent.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Acquire) {
-                    let i = next.fetch_add(1, Ordering::AcqRel);
-                    let u = format!("{}/invoices/f{i}/charge", urls[i % urls.len()]);
-                    let sent = try_send("POST", &u, &[("x-mock-delay-ms", "20")], "{}").await;
-                    let status = sent.map_or(0, |r| r.status);
-                    answers.lock().unwrap().push((i, status, Instant::now()));
-                    if status != 201 {
+                    let intent = next.fetch_add(1, Ordering::AcqRel);
+                    let u = format!("{}/invoices/f{intent}/charge", urls[intent % urls.len()]);
+                    let at = Instant::now();
+                    let answer = try_send("POST", &u, &[("x-mock-delay-ms", "20")], "{}").await;
+                    let one = Sent {
+                        intent,
+                        at,
+                        answered_at: Instant::now(),
+                        answer,
+                    };
+                    let ok = one.ok();
+                    sent.lock().unwrap().push(one);
+                    if !ok {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 }
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let count =
+        |pred: &dyn Fn(&Sent) -> bool| sent.lock().unwrap().iter().filter(|s| pred(s)).count();
+    eventually(
+        Duration::from_secs(30),
+        "fresh intents answered before the fault",
+        async || count(&|s| s.ok()) >= MIN_BEFORE_FAULT,
+    )
+    .await;
     let faulted = Instant::now();
     tokio::task::spawn_blocking(fault).await.unwrap();
-    let switch = faulted.elapsed();
+    let switched = Instant::now();
     let calm = Duration::from_millis(1500);
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let last_failure = answers
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.1 != 201)
-            .map(|a| a.2)
-            .max()
-            .unwrap_or(faulted);
-        if last_failure.elapsed() > calm {
-            break;
-        }
-        assert!(
-            faulted.elapsed() < Duration::from_secs(30),
-            "idem did not serve again within 30 s"
-        );
-    }
+    eventually(
+        SERVE_AGAIN_WITHIN,
+        "fresh intents answered 2xx after the switch, then 1.5 s without a failure",
+        async || {
+            let served = count(&|s| s.at > switched && s.ok());
+            let last_failure = sent
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|s| !s.ok())
+                .map(|s| s.answered_at)
+                .max()
+                .unwrap_or(faulted);
+            served >= MIN_AFTER_SWITCH && last_failure.elapsed() > calm
+        },
+    )
+    .await;
     stop.store(true, Ordering::Release);
-    join_all(loops).await;
-    // Completions that failed during the switch are retried in the background.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    for l in join_all(loops).await {
+        l.unwrap();
+    }
 
-    let answers = answers.lock().unwrap().clone();
-    let repeats = answers.iter().map(|&(i, _, _)| {
-        let u = format!("{}/invoices/f{i}/charge", urls[(i + 1) % urls.len()]);
-        async move { try_send("POST", &u, &[], "{}").await }
+    let sent = sent.lock().unwrap().clone();
+    let undocumented: Vec<String> = sent
+        .iter()
+        .filter_map(|s| {
+            documented(&s.answer)
+                .err()
+                .map(|e| format!("f{}: {e}", s.intent))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "answers outside the documented ones: {undocumented:#?}"
+    );
+    let repeats = sent.iter().map(|s| {
+        let u = format!(
+            "{}/invoices/f{}/charge",
+            urls[(s.intent + 1) % urls.len()],
+            s.intent
+        );
+        async move { (s, repeat(&u, s).await) }
     });
-    join_all(repeats).await;
-    let failures: Vec<Instant> = answers.iter().filter(|a| a.1 != 201).map(|a| a.2).collect();
-    let figures = Figures {
-        intents: answers.len(),
-        answered: answers.iter().filter(|a| a.1 == 201).count(),
-        failed: failures.len(),
-        executed_twice: answers
+    let repeats = join_all(repeats).await;
+    let mut lost_before_fault = Vec::new();
+    let mut not_replayed_after_fault = 0;
+    for (s, repeat) in &repeats {
+        let first = match &s.answer {
+            Ok(r) if r.status == 201 => r,
+            _ => {
+                let r = documented(repeat);
+                assert!(r.is_ok(), "repeat of f{}: {r:?}", s.intent);
+                continue;
+            }
+        };
+        let replayed = repeat
+            .as_ref()
+            .is_ok_and(|r| r.replayed() && r.body == first.body);
+        if replayed {
+            continue;
+        }
+        let seen = match repeat {
+            Ok(r) => format!("{} replayed={} {}", r.status, r.replayed(), r.text()),
+            Err(e) => e.clone(),
+        };
+        if s.answered_at < faulted {
+            lost_before_fault.push(format!(
+                "f{}: first {}, repeat {seen}",
+                s.intent,
+                first.text()
+            ));
+        } else {
+            not_replayed_after_fault += 1;
+        }
+    }
+    assert!(
+        lost_before_fault.is_empty(),
+        "answered before the fault, not replayed after it: {lost_before_fault:#?}"
+    );
+    let failures: Vec<Instant> = sent
+        .iter()
+        .filter(|s| !s.ok())
+        .map(|s| s.answered_at)
+        .collect();
+    Figures {
+        intents: sent.len(),
+        answered: sent.iter().filter(|s| s.ok()).count(),
+        answered_before_fault: sent
             .iter()
-            .filter(|&&(i, _, _)| upstream.executions(&format!("charge:f{i}")) > 1)
+            .filter(|s| s.ok() && s.answered_at < faulted)
             .count(),
+        served_after_switch: sent.iter().filter(|s| s.at > switched && s.ok()).count(),
+        failed: failures.len(),
+        executed_twice: sent
+            .iter()
+            .filter(|s| upstream.executions(&format!("charge:f{}", s.intent)) > 1)
+            .count(),
+        not_replayed_after_fault,
         outage: failures.iter().max().map_or(Duration::ZERO, |last| {
             last.saturating_duration_since(faulted)
         }),
-        switch,
-    };
-    figures
+        switch: switched - faulted,
+        serving_again: sent
+            .iter()
+            .filter(|s| s.at > switched && s.ok())
+            .map(|s| s.answered_at - switched)
+            .min()
+            .expect("served after the switch"),
+    }
+}
+
+/// Repeats `first`'s intent at `url`. One answered 2xx is polled (409 while a completion
+/// that failed at the switch is retried in the background, 503 while the store is still
+/// settling) until replayed, at most 30 s; any other is sent once.
+async fn repeat(url: &str, first: &Sent) -> Result<Resp, String> {
+    let started = Instant::now();
+    loop {
+        let r = try_send("POST", url, &[], "{}").await;
+        let settling = r
+            .as_ref()
+            .is_ok_and(|r| !r.replayed() && (r.status == 409 || r.status == 503));
+        if !first.ok() || !settling || started.elapsed() > Duration::from_secs(30) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The master is killed under load; with `wait_replicas: 1` and two replicas (so the
@@ -394,6 +550,7 @@ async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
     let figures = sentinel_failover(Switch::Killed, 1).await;
     eprintln!("sentinel, master killed, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
+    assert_eq!(figures.not_replayed_after_fault, 0, "{figures:?}");
 }
 
 /// The same kill without `wait_replicas`: the figures are reported, not asserted
@@ -412,6 +569,7 @@ async fn sentinel_planned_failover_with_wait_replicas_runs_nothing_twice() {
     let figures = sentinel_failover(Switch::Planned, 1).await;
     eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
+    assert_eq!(figures.not_replayed_after_fault, 0, "{figures:?}");
 }
 
 /// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
@@ -431,6 +589,7 @@ async fn tls_sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
     let figures = sentinel_failover_on(Switch::Killed, 1, Some(&pki)).await;
     eprintln!("sentinel over TLS, master killed, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
+    assert_eq!(figures.not_replayed_after_fault, 0, "{figures:?}");
 }
 
 /// A planned switch with no traffic (nothing fails, so nothing makes idem suspect):
@@ -535,6 +694,7 @@ async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&P
 async fn cluster_master_killed_keeps_serving_after_promotion() {
     let figures = cluster_failover(None).await;
     eprintln!("cluster, master killed, wait_replicas 0: {figures:?}");
+    assert_serving_after_promotion(&figures);
 }
 
 /// The same over TLS (clients, replication, cluster bus) with the documented ACL user:
@@ -544,6 +704,17 @@ async fn tls_cluster_master_killed_keeps_serving_after_promotion() {
     let pki = pki();
     let figures = cluster_failover(Some(&pki)).await;
     eprintln!("cluster over TLS, master killed, wait_replicas 0: {figures:?}");
+    assert_serving_after_promotion(&figures);
+}
+
+/// Fresh intents sent after the promotion were answered 2xx, the first within
+/// [`SERVE_AGAIN_WITHIN`] (`load_through` waits for them, and fails past it).
+fn assert_serving_after_promotion(figures: &Figures) {
+    assert!(
+        figures.served_after_switch >= MIN_AFTER_SWITCH,
+        "{figures:?}"
+    );
+    assert!(figures.serving_again < SERVE_AGAIN_WITHIN, "{figures:?}");
 }
 
 /// Kills the master of slot 0 under load; with `Some(pki)` over TLS with the ACL user.

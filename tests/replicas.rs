@@ -11,11 +11,11 @@ use support::env::{Backend, Env};
 use support::harness::{assert_all_got_the_one_result, post, url};
 use support::poll::eventually;
 
-shared_stores!(
+store_cases!([redis, postgres] [
     fifty_duplicates_across_three_replicas_execute_once,
     waiting_duplicates_across_replicas_all_get_the_one_result,
     a_waiter_on_another_replica_is_woken_promptly,
-);
+]);
 
 const CHARGE: &str = r#"
 routes:

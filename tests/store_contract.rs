@@ -21,32 +21,7 @@ const RETENTION: Duration = Duration::from_secs(3600);
 /// proves is that waiters are woken by events: silent writes do not wake them at all.
 const WAKE_BOUND: Duration = Duration::from_millis(500);
 
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::memory()).await })*
-        }
-        mod redis {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::redis()).await })*
-        }
-        mod redis_cluster {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::redis_cluster()).await })*
-        }
-        mod redis_sentinel {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::redis_sentinel()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::postgres()).await })*
-        }
-    };
-}
-
-contract!(
+store_cases!([memory, redis, redis_cluster, redis_sentinel, postgres] [
     loser_gets_the_existing_record,
     exactly_one_winner_among_50_concurrent_reserves,
     owner_completes_and_wrong_token_is_refused,
@@ -59,7 +34,7 @@ contract!(
     concurrent_takeovers_of_a_stored_failure_have_one_winner,
     waiters_do_not_starve_the_writer,
     binary_records_round_trip,
-);
+]);
 
 fn won(r: Result<Reserve, StoreError>) -> bool {
     matches!(r.expect("reserve"), Reserve::Won)

@@ -80,11 +80,9 @@ async fn charge(p: &IdemProcess, id: &str) -> support::harness::Resp {
     .await
 }
 
-shared_stores!(
-    credential_headers_are_never_stored,
+store_cases!([redis, postgres] [credential_headers_are_never_stored,
     sealed_at_rest_and_replayed_in_full,
-    a_sealed_value_copied_under_another_key_does_not_open,
-);
+    a_sealed_value_copied_under_another_key_does_not_open]);
 
 async fn credential_headers_are_never_stored(backend: Backend) {
     let env = Env::new(backend).await;

@@ -301,7 +301,7 @@ async fn sampling_follows_the_caller_configured(b: Backend, from_file: bool) {
         envs.push(("OTEL_TRACES_SAMPLER_ARG", "0"));
     }
     let yaml = format!("{}{telemetry}{ROUTES}", env.base_yaml("3s"));
-    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
+    let mut idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
     let unsampled = [("idempotency-key", "k-new")];
     let first = post(&idem.url("/invoices/inv_1/charge"), &unsampled, "{}").await;
     assert_eq!(first.status, 201, "{}", first.text());
@@ -317,7 +317,10 @@ async fn sampling_follows_the_caller_configured(b: Backend, from_file: bool) {
     assert!(new.ends_with("-00"), "not sampled: {new}");
     let new_trace = received_parent(&got[0]).0;
     assert_ne!(new_trace, sampled_trace);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Everything batched is flushed by the drain: once the process is gone, the
+    // unsampled trace would have been exported if it ever were.
+    idem.signal("TERM");
+    assert!(idem.child.wait().unwrap().success(), "{}", idem.logs());
     let spans = otlp.spans();
     assert!(
         spans.iter().all(|s| s.trace_id == sampled_trace),
@@ -326,25 +329,49 @@ async fn sampling_follows_the_caller_configured(b: Backend, from_file: bool) {
     assert!(spans.iter().any(|s| s.name == "idem.store reserve"));
 }
 
-/// No endpoint: nothing is exported, and the caller's `traceparent` reaches the
-/// upstream as it was sent.
+/// Turned off (`OTEL_SDK_DISABLED=true`, or `OTEL_TRACES_EXPORTER=none`) while an
+/// endpoint is configured, in the file and in the environment, and that endpoint is a
+/// live receiver: nothing is exported, even by the drain (which flushes whatever was
+/// batched), and the caller's `traceparent` reaches the upstream as it was sent.
 async fn nothing_is_exported_when_off(b: Backend) {
-    let otlp = OtlpReceiver::start().await;
     let env = Env::new(b).await;
-    let yaml = format!("{}{ROUTES}", env.base_yaml("3s"));
-    let idem = IdemProcess::spawn_with(&yaml, &[], "warn", &[FAST_BATCHES]).await;
-    let sent = traceparent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
-    let headers = [("traceparent", sent.as_str()), ("tracestate", "v=1")];
-    assert_eq!(charge(&idem, &headers).await.status, 201);
-    assert!(charge(&idem, &headers).await.replayed());
-    let got = env.upstream.received();
-    assert_eq!(got[0].headers["traceparent"], sent.as_str());
-    assert_eq!(got[0].headers["tracestate"], "v=1");
-    // Well past the batch delay, and past a drain (which would flush).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    idem.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(otlp.requests(), 0);
+    for off in [
+        ("OTEL_SDK_DISABLED", "true"),
+        ("OTEL_TRACES_EXPORTER", "none"),
+    ] {
+        let otlp = OtlpReceiver::start().await;
+        let endpoint = otlp.url();
+        let telemetry = format!("telemetry:\n  otlp_endpoint: {endpoint}\n");
+        let yaml = format!("{}{telemetry}{ROUTES}", env.base_yaml("3s"));
+        let envs = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            FAST_BATCHES,
+            off,
+        ];
+        let mut idem = IdemProcess::spawn_with(&yaml, &[], "warn", &envs).await;
+        let sent = traceparent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+        // A key of its own per switch: the Redis store outlives each process.
+        let headers = [
+            ("idempotency-key", off.0),
+            ("traceparent", sent.as_str()),
+            ("tracestate", "v=1"),
+        ];
+        let u = idem.url("/invoices/inv_1/charge");
+        let before = env.upstream.received().len();
+        let first = post(&u, &headers, "{}").await;
+        assert_eq!(first.status, 201, "{off:?}: {}", first.text());
+        assert!(post(&u, &headers, "{}").await.replayed(), "{off:?}");
+        let got = env.upstream.received();
+        assert_eq!(got.len(), before + 1, "{off:?}");
+        assert_eq!(got[before].headers["traceparent"], sent.as_str(), "{off:?}");
+        assert_eq!(got[before].headers["tracestate"], "v=1", "{off:?}");
+        // The drain flushes what was batched: once the process is gone, anything it
+        // would ever export has been sent.
+        idem.signal("TERM");
+        let status = idem.child.wait().unwrap();
+        assert!(status.success(), "{off:?}: {}", idem.logs());
+        assert_eq!(otlp.requests(), 0, "{off:?} exported");
+    }
 }
 
 /// The spans of the last requests are sent on SIGTERM even when the batch delay has

@@ -39,7 +39,7 @@ const AUTH: (&str, &str) = ("authorization", "Bearer s3cret");
 const JSON: (&str, &str) = ("content-type", "application/json");
 const RETENTION: Duration = Duration::from_secs(3600);
 
-async fn env() -> (Env, idem::app::Running) {
+async fn env() -> (Env, support::harness::Idem) {
     let env = Env::new(Backend::redis()).await;
     let idem = env.idem_with_timeout(ROUTES, "200ms").await;
     (env, idem)
@@ -64,12 +64,12 @@ async fn unknown_now(store: &Store, route: &str, scope: &str, key: &str) -> Reco
     record
 }
 
-async fn get(idem: &idem::app::Running, path: &str) -> Resp {
+async fn get(idem: &support::harness::Idem, path: &str) -> Resp {
     send("GET", &admin_url(idem, path), &[AUTH], "").await
 }
 
 /// `POST /v1/keys/{key}/resolve[?query]` for `key` = `route/key[?query]`.
-async fn resolve(idem: &idem::app::Running, key: &str, body: &Value) -> Resp {
+async fn resolve(idem: &support::harness::Idem, key: &str, body: &Value) -> Resp {
     let (path, query) = key.split_once('?').unwrap_or((key, ""));
     let query = if query.is_empty() {
         String::new()

@@ -79,13 +79,11 @@ async fn repeat_after_the_lease(
     .await
 }
 
-shared_stores!(
-    hold_refuses_and_remembers_the_attempt,
+store_cases!([redis, postgres] [hold_refuses_and_remembers_the_attempt,
     reconcile_found_replays_without_forwarding,
     reconcile_absent_forwards_once_with_the_same_key,
     reconcile_failure_is_409_then_settled_by_a_later_repeat,
-    retry_forwards_again_within_the_window_only,
-);
+    retry_forwards_again_within_the_window_only]);
 
 async fn hold_refuses_and_remembers_the_attempt(backend: Backend) {
     let env = Env::new(backend).await;

@@ -132,10 +132,10 @@ async fn duplicates_racing_a_slow_upstream_execute_once(backend: Backend) {
     assert!(post(&u, &slow, r#"{"amount":5}"#).await.replayed());
 }
 
-both_stores!(
+store_cases!([memory, redis, postgres] [
     duplicates_on_every_worker_execute_once,
     duplicates_racing_a_slow_upstream_execute_once
-);
+]);
 
 /// With Redis, the workers share one event subscription (a completion reaches the
 /// process once, not once per worker), and a duplicate waiting on one worker is woken

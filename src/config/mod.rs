@@ -23,8 +23,6 @@ mod defaults;
 mod env;
 mod error;
 mod load;
-#[cfg(test)]
-mod load_tests;
 mod mcp;
 mod policy;
 mod reconcile;
@@ -396,16 +394,4 @@ pub enum KeyFormat {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_set_never_stores_retryable_4xx() {
-        let set = StatusSet::default();
-        assert!(set.contains(200));
-        assert!(set.contains(402));
-        assert!(!set.contains(409));
-        assert!(!set.contains(429));
-        assert!(!set.contains(503));
-    }
-}
+mod tests;

@@ -142,5 +142,4 @@ fn args_hash(tool: &str, arguments: Option<&Value>) -> String {
 }
 
 #[cfg(test)]
-#[path = "message_tests.rs"]
 mod tests;

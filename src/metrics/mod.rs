@@ -1,6 +1,13 @@
 //! Prometheus metrics (SPEC §6), exposed on the admin listener in the format the
 //! scraper asks for ([`exposition`]); latency histograms carry trace ids as exemplars
 //! when traces are on ([`latency`]).
+//!
+//! Every series whose label values are known in advance exists from the start, at 0:
+//! each route's requests by every outcome (once the route is loaded), every store
+//! operation's histogram, every upstream failure reason. Prometheus' guidance: a series
+//! that appears only at its first increment shows as "no data" rather than 0 in panels,
+//! and leaves `rate()` and ratio alerts nothing to work on until then
+//! (tests/observability.rs checks the chart's dashboard and alerts on a fresh idem).
 
 mod exposition;
 mod latency;
@@ -141,6 +148,14 @@ impl Metrics {
         let unreadable_records = Family::<RouteLabel, Counter>::default();
         let connections = Family::<WorkerLabels, Gauge>::default();
 
+        // The series whose label values are known, at 0 before anything happened.
+        for reason in UpstreamFailure::ALL {
+            let _ = upstream_failures.get_or_create(&UpstreamFailureLabels { reason });
+        }
+        for op in StoreOp::ALL {
+            let _ = store_duration.get_or_create(&StoreLabels { op });
+        }
+
         let mut registry = Registry::with_prefix("idem");
         registry.register(
             "requests",
@@ -217,8 +232,14 @@ impl Metrics {
     }
 
     /// The request counters of `route`, to keep and increment without building label
-    /// sets (a `String`) per request.
+    /// sets (a `String`) per request. Every outcome's series exists from here on, at 0.
     pub fn route_counters(&self, route: &str) -> Arc<RouteCounters> {
+        for outcome in Outcome::ALL {
+            let _ = self.requests.get_or_create(&RequestLabels {
+                route: route.to_owned(),
+                outcome,
+            });
+        }
         Arc::new(RouteCounters {
             route: route.to_owned(),
             family: self.requests.clone(),
@@ -268,7 +289,7 @@ impl Metrics {
 }
 
 /// `idem_requests_total{route}` for one route: each outcome's counter is looked up in
-/// the family once, on first use (so unused outcomes still export no series).
+/// the family once, on first use (the series themselves exist from the route's load).
 pub struct RouteCounters {
     route: String,
     family: Family<RequestLabels, Counter>,
@@ -320,8 +341,38 @@ mod tests {
         assert!(open.contains("# TYPE idem_requests counter"), "{open}");
         assert!(open.ends_with("# EOF\n"), "{open}");
         assert!(
-            !text.contains(r#"outcome="forwarded""#),
-            "unused outcomes export nothing"
+            text.contains(r#"idem_requests_total{route="charge",outcome="forwarded"} 0"#),
+            "every outcome of a loaded route exists at 0: {text}"
         );
+    }
+
+    /// Series with known label values exist before anything happened (Prometheus'
+    /// guidance), so dashboards and alerts see 0, not "no data".
+    #[test]
+    fn known_series_exist_at_zero_before_any_traffic() {
+        let m = Metrics::new();
+        let _ = m.route_counters("charge");
+        let text = m.render(Exposition::Prometheus);
+        let mut want: Vec<String> = Outcome::ALL
+            .iter()
+            .map(|o| {
+                format!(
+                    r#"idem_requests_total{{route="charge",outcome="{}"}} 0"#,
+                    o.as_str()
+                )
+            })
+            .collect();
+        want.extend(StoreOp::ALL.iter().map(|op| {
+            format!(
+                r#"idem_store_duration_seconds_count{{op="{}"}} 0"#,
+                op.as_str()
+            )
+        }));
+        want.push(r#"idem_upstream_failures_total{reason="not_sent"} 0"#.into());
+        want.push(r#"idem_upstream_failures_total{reason="ambiguous"} 0"#.into());
+        assert_eq!(want.len(), 7 + 5 + 2);
+        for series in want {
+            assert!(text.lines().any(|l| l == series), "{series}:\n{text}");
+        }
     }
 }

@@ -181,5 +181,4 @@ pub fn settle(exchanged: Exchanged, policy: &RoutePolicy) -> Settle {
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
 mod tests;

@@ -1,9 +1,7 @@
 //! A test environment: a mock upstream and a store backend (its own redis-server or
 //! PostgreSQL for those), with idem configured for both.
 
-use idem::app::Running;
-
-use super::harness;
+use super::harness::{self, Idem};
 pub use super::store::Backend;
 use super::upstream::MockUpstream;
 
@@ -30,47 +28,11 @@ impl Env {
     }
 
     /// Start idem with these extra top-level YAML sections (usually `routes:`).
-    pub async fn idem(&self, extra: &str) -> Running {
+    pub async fn idem(&self, extra: &str) -> Idem {
         self.idem_with_timeout(extra, "3s").await
     }
 
-    pub async fn idem_with_timeout(&self, extra: &str, upstream_timeout: &str) -> Running {
+    pub async fn idem_with_timeout(&self, extra: &str, upstream_timeout: &str) -> Idem {
         harness::start(&format!("{}{extra}", self.base_yaml(upstream_timeout))).await
     }
-}
-
-/// Instantiate an `async fn(Backend)` test case for every store (memory, Redis,
-/// PostgreSQL).
-#[macro_export]
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        $crate::store_cases!([memory, redis, postgres] [$($name),*]);
-    };
-}
-
-/// Instantiate an `async fn(Backend)` test case for the stores several idem processes
-/// can share (Redis, PostgreSQL).
-#[macro_export]
-macro_rules! shared_stores {
-    ($($name:ident),* $(,)?) => {
-        $crate::store_cases!([redis, postgres] [$($name),*]);
-    };
-}
-
-/// One module per store, named after its `Backend` constructor, with a test per case.
-#[macro_export]
-macro_rules! store_cases {
-    ([$($store:ident),*] $names:tt) => {
-        $($crate::store_cases!(@one $store $names);)*
-    };
-    (@one $store:ident [$($name:ident),*]) => {
-        mod $store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::support::store::Backend::$store()).await
-                }
-            )*
-        }
-    };
 }

@@ -1,5 +1,7 @@
 //! Running idem for tests: in-process (`start`) or as the built binary (`IdemProcess`),
 //! always on free loopback ports (port 0, then asking where), plus a tiny HTTP client.
+//! Either way a panic in idem fails the test (see `panics`), and a test's traffic starts
+//! once idem is ready, as a kubelet's would.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
@@ -14,7 +16,11 @@ use hyper_util::rt::TokioExecutor;
 use idem::app::Running;
 use idem::config::Config;
 
+use super::panics;
 use super::poll::eventually;
+
+/// How long idem may take to start, listen and become ready on a loaded machine.
+const STARTUP: Duration = Duration::from_secs(15);
 
 /// Build a config from YAML, with `listen` and `admin.listen` on port 0.
 pub fn config(yaml: &str) -> Config {
@@ -25,9 +31,44 @@ pub fn config(yaml: &str) -> Config {
     config
 }
 
-/// Start idem in-process.
-pub async fn start(yaml: &str) -> Running {
-    idem::app::start(&config(yaml)).await.expect("idem starts")
+/// idem running in-process (a [`Running`] to the test); when dropped, fails the test if
+/// idem panicked meanwhile.
+pub struct Idem(Running);
+
+impl std::ops::Deref for Idem {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.0
+    }
+}
+
+impl Drop for Idem {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panics::assert_none();
+        }
+    }
+}
+
+/// Start idem in-process, with the panic watch on, and wait until `/readyz` says it is
+/// ready (its store answered a ping in time; on a loaded machine the first may not).
+pub async fn start(yaml: &str) -> Idem {
+    let idem = start_unready(yaml).await;
+    let ready = admin_url(&idem, "/readyz");
+    eventually(STARTUP, "idem ready (/readyz 200)", async || {
+        try_send("GET", &ready, &[], "")
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    idem
+}
+
+/// Start idem in-process without waiting for readiness (a test of readiness itself, or
+/// one whose store is down on purpose).
+pub async fn start_unready(yaml: &str) -> Idem {
+    panics::watch();
+    Idem(idem::app::start(&config(yaml)).await.expect("idem starts"))
 }
 
 pub fn url(running: &Running, path: &str) -> String {
@@ -110,6 +151,19 @@ pub async fn try_send(
         headers: parts.headers,
         body,
     })
+}
+
+/// [`try_send`] with a client timeout: no answer within `within` is an error, not a hang.
+pub async fn try_send_within(
+    within: Duration,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Resp, String> {
+    tokio::time::timeout(within, try_send(method, url, headers, body))
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
 }
 
 pub async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
@@ -197,7 +251,7 @@ impl IdemProcess {
             config_path: dir.path().join("idem.yaml"),
             _dir: dir,
         };
-        let (addr, admin) = eventually(Duration::from_secs(15), "idem listening", async || {
+        let (addr, admin) = eventually(STARTUP, "idem listening", async || {
             if let Ok(Some(status)) = process.child.try_wait() {
                 panic!("idem exited at startup ({status}):\n{}", process.logs());
             }
@@ -231,7 +285,7 @@ impl IdemProcess {
 
     /// Polls `/readyz` until it answers `want` (or 15 s pass); returns the last answer.
     pub async fn readiness(&self, want: u16) -> Resp {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let deadline = std::time::Instant::now() + STARTUP;
         loop {
             let r = send("GET", &self.admin_url("/readyz"), &[], "").await;
             if r.status == want || std::time::Instant::now() > deadline {
@@ -242,7 +296,7 @@ impl IdemProcess {
     }
 
     async fn wait_healthy(&self) {
-        eventually(Duration::from_secs(15), "idem healthy", async || {
+        eventually(STARTUP, "idem healthy", async || {
             let health = try_send("GET", &self.admin_url("/healthz"), &[], "").await;
             health.is_ok_and(|r| r.status == 200)
         })
@@ -257,25 +311,33 @@ impl IdemProcess {
         assert!(status.success(), "kill -{sig} failed");
     }
 
+    /// Kills the process (SIGKILL); fails the test if it had panicked.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.assert_no_panic();
+    }
+
+    /// Fails the test if the process' log shows a panic (the default hook's
+    /// `thread '…' panicked at …`).
+    #[track_caller]
+    pub fn assert_no_panic(&self) {
+        panics::assert_no_panic_in_log(&format!("idem (pid {})", self.child.id()), &self.logs());
     }
 }
 
+/// Stops the process, then fails the test if it panicked (unless the test is already
+/// failing).
 impl Drop for IdemProcess {
     fn drop(&mut self) {
-        self.signal_quietly();
-    }
-}
-
-impl IdemProcess {
-    fn signal_quietly(&mut self) {
         let _ = Command::new("kill")
             .args(["-CONT", &self.child.id().to_string()])
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !std::thread::panicking() {
+            self.assert_no_panic();
+        }
     }
 }
 

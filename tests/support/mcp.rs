@@ -131,6 +131,9 @@ impl McpServer {
     pub fn start(answers: &str) -> McpServer {
         ensure_peers();
         let dir = tempfile::tempdir().expect("temp dir");
+        // Created here, so that a log the server never wrote to reads as no executions,
+        // and one that cannot be read at all fails the test rather than reading as zero.
+        std::fs::write(dir.path().join("executions.log"), "").expect("create executions.log");
         let port = super::harness::free_port();
         let child = Command::new(python())
             .arg(repo().join("tests/mcp/server.py"))
@@ -176,11 +179,19 @@ impl McpServer {
     }
 
     /// How many times the server ran `event` (a tool name, or `confirm_refund_asked`).
+    /// Fails if the log cannot be read or holds a line that is not an entry (a line
+    /// still being written, without its newline yet, is not counted).
     pub fn executions(&self, event: &str) -> usize {
-        let log =
-            std::fs::read_to_string(self.dir.path().join("executions.log")).unwrap_or_default();
-        log.lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        let path = self.dir.path().join("executions.log");
+        let log = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let complete = log.rfind('\n').map_or("", |end| &log[..end]);
+        complete
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<Value>(line)
+                    .unwrap_or_else(|e| panic!("executions.log: {line:?} is not JSON: {e}"))
+            })
             .filter(|entry| entry["event"] == event)
             .count()
     }

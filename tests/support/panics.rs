@@ -1,14 +1,48 @@
-//! A process-wide panic recorder. Tokio catches a panicking task, and idem's data plane
-//! runs on threads of its own (`idem-worker-N`), so a panic inside idem would otherwise
-//! show only as a dropped connection. The hook records a panic on *any* thread; a test
-//! asserts none happened. (A test failing elsewhere in the same test binary shows up
-//! here too; the message names its thread and place.)
+//! Panics in idem fail the test that started it, whether idem runs in-process or as a
+//! child process.
+//!
+//! In-process: a process-wide panic recorder. Tokio catches a panicking task, and idem's
+//! data plane runs on threads of its own (`idem-worker-N`), so a panic inside idem would
+//! otherwise show only as a dropped connection. `harness::start` installs the hook and
+//! the in-process idem checks it when dropped ([`assert_none`]). Panics raised by the
+//! test code itself (`tests/…`: failed assertions, the self-test) are the test's own
+//! failures and are not counted; a panic in idem from another test of the same binary
+//! is (the message names its thread and place).
+//!
+//! Child processes: the default hook writes `thread '…' panicked at …` to stderr;
+//! [`assert_no_panic_in_log`] fails on it when the process is stopped.
 
 use std::sync::{Mutex, Once};
 
-static PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// One recorded panic.
+#[derive(Debug, Clone)]
+pub struct Panic {
+    pub thread: String,
+    /// `file:line:column`; the file relative to the crate for our own code.
+    pub place: String,
+    pub message: String,
+}
 
-/// Marks the recorder's own self-test panic, which `assert_none` ignores.
+impl Panic {
+    /// Raised by test code (a failed assertion, the self-test), not by idem.
+    fn by_the_test(&self) -> bool {
+        self.place.starts_with("tests/")
+    }
+}
+
+impl std::fmt::Display for Panic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "thread '{}' at {}: {}",
+            self.thread, self.place, self.message
+        )
+    }
+}
+
+static PANICS: Mutex<Vec<Panic>> = Mutex::new(Vec::new());
+
+/// Marks the recorder's own self-test panic.
 pub const SELF_TEST: &str = "panics::self-test";
 
 /// Installs the recording hook (once per process); the default hook still prints.
@@ -18,34 +52,45 @@ pub fn watch() {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let thread = std::thread::current();
-            let payload = info
+            let message = info
                 .payload()
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| info.payload().downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             let place = info.location().map(|l| l.to_string()).unwrap_or_default();
-            let entry = format!(
-                "thread '{}' at {place}: {payload}",
-                thread.name().unwrap_or("<unnamed>")
-            );
-            PANICS.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+            let panic = Panic {
+                thread: thread.name().unwrap_or("<unnamed>").to_owned(),
+                place,
+                message,
+            };
+            PANICS.lock().unwrap_or_else(|e| e.into_inner()).push(panic);
             default(info);
         }));
     });
 }
 
-/// Every panic recorded so far.
-pub fn recorded() -> Vec<String> {
+/// Every panic recorded so far, the test code's included.
+pub fn recorded() -> Vec<Panic> {
     PANICS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Fails if any thread panicked since `watch()` (the self-test's panic aside).
+/// Fails if idem (any code but the tests') panicked on any thread since `watch()`.
 #[track_caller]
 pub fn assert_none() {
     let panics: Vec<String> = recorded()
-        .into_iter()
-        .filter(|p| !p.contains(SELF_TEST))
+        .iter()
+        .filter(|p| !p.by_the_test())
+        .map(Panic::to_string)
         .collect();
-    assert!(panics.is_empty(), "panicked: {panics:#?}");
+    assert!(panics.is_empty(), "idem panicked: {panics:#?}");
+}
+
+/// Fails if an idem process' stderr `log` shows a panic.
+#[track_caller]
+pub fn assert_no_panic_in_log(what: &str, log: &str) {
+    assert!(
+        !log.contains("panicked"),
+        "{what} panicked; its log:\n{log}"
+    );
 }

@@ -224,10 +224,14 @@ impl PgServer {
         ready
     }
 
-    /// Waits until our postmaster accepts connections (`pg_isready`), failing early if
-    /// it exited (port taken by a parallel test).
+    /// Waits until *our* postmaster accepts connections, failing early if it exited
+    /// (port taken by a parallel test). `pg_isready` alone would be satisfied by any
+    /// server on the port (another test's, which took it first, or the previous run of
+    /// this one); `postmaster.pid` in our data directory names the process that holds
+    /// it, the port it listens on and its state, which must be ours, ours, and up.
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + STARTUP;
+        let pid = self.child.as_ref().map(Child::id);
         loop {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 let log = std::fs::read_to_string(self.dir.path().join("server.log"));
@@ -236,10 +240,11 @@ impl PgServer {
                     log.unwrap_or_default()
                 ));
             }
-            let ready = Command::new(bin("pg_isready"))
-                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
-                .status()
-                .is_ok_and(|s| s.success());
+            let ready = pid.is_some_and(|pid| self.postmaster_up(pid))
+                && Command::new(bin("pg_isready"))
+                    .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                    .status()
+                    .is_ok_and(|s| s.success());
             if ready {
                 return Ok(());
             }
@@ -248,6 +253,21 @@ impl PgServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether `postmaster.pid` says process `pid` runs this data directory on our port
+    /// and accepts connections (`ready`; `standby` for a hot standby). Its lines: pid,
+    /// data directory, start time, port, socket directory, listen address, shared
+    /// memory key, status.
+    fn postmaster_up(&self, pid: u32) -> bool {
+        let Ok(text) = std::fs::read_to_string(self.data.join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        lines.len() >= 8
+            && lines[0] == pid.to_string()
+            && lines[3] == self.port.to_string()
+            && matches!(lines[7], "ready" | "standby")
     }
 
     fn signal_all(&self, sig: &str) {

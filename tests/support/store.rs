@@ -31,6 +31,33 @@ pub enum Backend {
     Postgres(PgServer),
 }
 
+/// Instantiates `async fn(Backend)` test cases on stores: one module per store, named
+/// after its `Backend` constructor, with a test per case. The one way a test file runs
+/// cases on several stores:
+///
+/// ```ignore
+/// store_cases!([memory, redis, postgres] [first_call_forwards_once, wait_times_out]);
+/// ```
+///
+/// Stores: `memory`, `redis`, `redis_cluster`, `redis_sentinel`, `postgres`; the stores
+/// several idem processes can share are all but `memory`.
+#[macro_export]
+macro_rules! store_cases {
+    ([$($store:ident),* $(,)?] $cases:tt) => {
+        $($crate::store_cases!(@one $store $cases);)*
+    };
+    (@one $store:ident [$($case:ident),* $(,)?]) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::support::store::Backend::$store()).await
+                }
+            )*
+        }
+    };
+}
+
 impl Backend {
     pub fn memory() -> Backend {
         Backend::Memory(MemoryStore::new(10_000))

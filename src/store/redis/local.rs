@@ -245,5 +245,4 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-#[path = "local_tests.rs"]
 mod tests;

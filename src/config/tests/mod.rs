@@ -1,8 +1,11 @@
-//! Whole-document tests: defaults, inheritance, and every validation rule with the
-//! place it reports. Variables are injected through `from_yaml_str_with_env`.
+//! The configuration's tests: whole documents (defaults, inheritance, and every
+//! validation rule with the place it reports; variables injected through
+//! `from_yaml_str_with_env`), and the types of `config/mod.rs`. A section's own unit
+//! tests sit in its file.
 //!
 //! - `fields.rs`: what each field becomes, defaults and inheritance, `${VAR}`, the table.
 //! - `rules.rs`: each validation rule, the error or warning it gives and where.
+//! - `mcp.rs`: the `mcp:` section of a route.
 
 mod fields;
 mod mcp;
@@ -56,4 +59,14 @@ pub(super) fn has(errors: &[String], needle: &str) {
 
 pub(super) fn route(text: &str) -> String {
     format!("{MINIMAL}routes:\n  - name: r\n    path: /items/{{id}}\n{text}")
+}
+
+#[test]
+fn status_set_never_stores_retryable_4xx() {
+    let set = StatusSet::default();
+    assert!(set.contains(200));
+    assert!(set.contains(402));
+    assert!(!set.contains(409));
+    assert!(!set.contains(429));
+    assert!(!set.contains(503));
 }
