@@ -50,13 +50,8 @@ impl Outbound {
     pub fn new(reply: oneshot::Sender<Response<ProxyBody>>, send_timeout: Duration) -> Self {
         Outbound {
             reply: Some(reply),
-            head: None,
-            remaining: None,
-            last: None,
-            trailers: None,
-            tx: None,
-            finished: Arc::default(),
             send_timeout,
+            ..Outbound::detached()
         }
     }
 

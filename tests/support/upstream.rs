@@ -74,13 +74,7 @@ impl MockUpstream {
 
     /// How many times the upstream executed a request carrying this idempotency key.
     pub fn executions(&self, key: &str) -> u64 {
-        self.state
-            .executions
-            .lock()
-            .unwrap()
-            .get(key)
-            .copied()
-            .unwrap_or(0)
+        self.state.count(key)
     }
 
     /// Executions over all keys.
@@ -127,6 +121,29 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The URL-decoded `key=` query parameter (`/count`, `/lookup`).
+fn key_param(uri: &http::Uri) -> String {
+    let raw = uri
+        .query()
+        .and_then(|q| q.strip_prefix("key="))
+        .unwrap_or("");
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+impl State {
+    /// Executions counted for `key`.
+    fn count(&self, key: &str) -> u64 {
+        self.executions
+            .lock()
+            .unwrap()
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
 fn num(h: &HeaderMap, name: &str) -> u64 {
     header(h, name).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
@@ -143,14 +160,7 @@ async fn handle(
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
     if path == "/lookup" {
-        let key = parts
-            .uri
-            .query()
-            .and_then(|q| q.strip_prefix("key="))
-            .unwrap_or("");
-        let key = percent_encoding::percent_decode_str(key)
-            .decode_utf8_lossy()
-            .into_owned();
+        let key = key_param(&parts.uri);
         st.received.lock().unwrap().push(Received {
             method: parts.method.to_string(),
             path: format!("/lookup?key={key}"),
@@ -158,13 +168,7 @@ async fn handle(
             body: Bytes::new(),
             at: Instant::now(),
         });
-        let n = st
-            .executions
-            .lock()
-            .unwrap()
-            .get(&key)
-            .copied()
-            .unwrap_or(0);
+        let n = st.count(&key);
         let forced = num(&parts.headers, "x-mock-lookup-status");
         return Ok(match (forced, n) {
             (0, 0) => full(StatusCode::NOT_FOUND, "{\"error\":\"no such charge\"}"),
@@ -183,21 +187,8 @@ async fn handle(
         });
     }
     if path == "/count" {
-        let key = parts
-            .uri
-            .query()
-            .and_then(|q| q.strip_prefix("key="))
-            .unwrap_or("");
-        let key = percent_encoding::percent_decode_str(key)
-            .decode_utf8_lossy()
-            .into_owned();
-        let n = st
-            .executions
-            .lock()
-            .unwrap()
-            .get(&key)
-            .copied()
-            .unwrap_or(0);
+        let key = key_param(&parts.uri);
+        let n = st.count(&key);
         return Ok(full(StatusCode::OK, format!("{{\"count\":{n}}}")));
     }
     let h = &parts.headers;
