@@ -10,7 +10,7 @@ use crate::config::RoutePolicy;
 
 /// Headers that carry or set credentials: never stored, so never replayed to a repeat
 /// and never at rest in a shared store (SPEC §1 "Stored responses").
-const CREDENTIAL_HEADERS: [HeaderName; 5] = [
+static CREDENTIAL_HEADERS: [HeaderName; 5] = [
     header::SET_COOKIE,
     header::AUTHORIZATION,
     header::PROXY_AUTHENTICATE,

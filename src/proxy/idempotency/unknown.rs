@@ -36,7 +36,7 @@ pub(super) enum Settling {
 
 /// Headers of the original request that a lookup does not carry: it is a new request
 /// without a body, and no idempotency key (it is a read).
-const NOT_FOR_LOOKUP: [http::HeaderName; 4] = [
+static NOT_FOR_LOOKUP: [http::HeaderName; 4] = [
     http::header::CONTENT_LENGTH,
     http::header::CONTENT_TYPE,
     http::header::TRANSFER_ENCODING,
