@@ -126,7 +126,7 @@ def machine_busy(seconds=1.0):
 
 
 class Proc:
-    def __init__(self, name, argv, workdir, env=None):
+    def __init__(self, name, argv, workdir, env=None, cwd=None):
         self.name = name
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "ab")
@@ -136,6 +136,7 @@ class Proc:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
         )
         self.pid = self.p.pid
 
