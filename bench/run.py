@@ -301,9 +301,14 @@ def wrk(args, workdir, port, script, path, seconds, connections=None, env=None):
 
 
 def loadtest(bins, argv, timeout=120):
+    """`idem loadtest`: exit status and its report. Its progress lines (stderr, every
+    few seconds) are left out, so that the report quoted in the results is the same
+    however long the run took."""
     r = subprocess.run([bins["idem"], "loadtest", *argv], capture_output=True, text=True,
                        timeout=timeout)
-    return r.returncode, r.stdout + r.stderr
+    stderr = "".join(line for line in r.stderr.splitlines(keepends=True)
+                     if not line.startswith("loadtest progress: "))
+    return r.returncode, r.stdout + stderr
 
 
 # --- scenarios ----------------------------------------------------------------------
