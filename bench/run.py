@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.request
 
+import plot
 from postgres import Postgres, bin_dir as pg_bin_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -879,12 +880,17 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     stamp = started.strftime("%Y-%m-%d")
     suffix = "" if not only else "-partial"
+    data = {"machine": info, "results": results, "extras": extras, "args": vars(args)}
+    with open(os.path.join(args.out, f"{stamp}{suffix}.json"), "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    # The chart beside the markdown, which shows it (bench/plot.py draws it again
+    # from the JSON).
+    svg = plot.write(json.loads(json.dumps(data, default=str)),
+                     os.path.join(args.out, f"{stamp}{suffix}.svg"))
+    text += f"\n![req/s, CPU per request and latency]({os.path.basename(svg)})\n"
     md = os.path.join(args.out, f"{stamp}{suffix}.md")
     with open(md, "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, f"{stamp}{suffix}.json"), "w") as f:
-        json.dump({"machine": info, "results": results, "extras": extras,
-                   "args": vars(args)}, f, indent=1, default=str)
     print()
     print(text)
     log(f"wrote {md}")
