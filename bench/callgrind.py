@@ -120,7 +120,7 @@ def main():
                     help="comma-separated: off, or a sampling ratio (1, 0.01)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     ap.add_argument("--no-nginx", action="store_true", help="measure idem only")
-    ap.add_argument("--peer-bin", help="a peer idempotency proxy's binary (see below)")
+    ap.add_argument("--peer-bin", help="a peer idempotency proxy's binary (see \"peer\" above)")
     ap.add_argument("--peer-arg", action="append", default=[], metavar="ARG",
                     help="an argument for the peer (repeatable)")
     ap.add_argument("--peer-env", action="append", default=[], metavar="K=V",
@@ -135,6 +135,8 @@ def main():
                  f"(choose from {', '.join(SCENARIOS)})")
     if args.peer_bin:
         targets.check_peer(args.peer_bin)
+    elif args.peer_arg or args.peer_env:
+        sys.exit("--peer-arg and --peer-env need --peer-bin")
     targets.ensure_tools(need_nginx=not args.no_nginx)
     bins = {b: os.path.join(args.bin_dir, b) for b in ("idem", "idem-bench-upstream")}
     for b in bins.values():

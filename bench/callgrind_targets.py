@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 import run
 
@@ -49,6 +50,22 @@ class Target:
         if p.returncode == -signal.SIGKILL:
             raise RuntimeError(f"{self.proc.name} did not exit on {self.stop_signal!r}; "
                                f"see {self.proc.log_path}")
+
+
+def wait_listening(proc, port):
+    """Wait for `port` while `proc` lives; its output's tail in the error otherwise."""
+    deadline = time.time() + START_TIMEOUT
+    while time.time() < deadline and proc.p.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    proc.stop(signal.SIGKILL)
+    with open(proc.log_path, errors="replace") as f:
+        tail = f.read()[-2000:]
+    sys.exit(f"{proc.name} did not listen on 127.0.0.1:{port} "
+             f"(exit status {proc.p.returncode}); its output:\n{tail}")
 
 
 def under_callgrind(out_file, argv):
@@ -112,7 +129,7 @@ def start_nginx(ctx, out_file):
                                   user="user root;" if os.geteuid() == 0 else ""))
     argv = under_callgrind(out_file, ["nginx", "-p", d, "-c", conf, "-e", f"{d}/error.log"])
     proc = run.Proc("nginx", argv, ctx["workdir"])
-    run.wait_port(port, timeout=START_TIMEOUT)
+    wait_listening(proc, port)
     # SIGQUIT: graceful exit, the single process returns from its cycle and exits.
     return Target(proc, port, stop_signal=signal.SIGQUIT)
 
@@ -139,8 +156,8 @@ empty .env file, and sent POSTs to --peer-path. Placeholders in ARG and V: {{por
 port it must listen on, 127.0.0.1), {{upstream}} (the bench upstream, host:port),
 {{redis}} (redis://127.0.0.1:P/0), {{dir}} (its directory). Defaults, for
 ldclabs/idempotent-proxy's idempotent-proxy-server: no arguments,
---peer-path {PEER_PATH}, and --peer-env {' '.join(PEER_ENV)}.
-"""
+--peer-path {PEER_PATH}, and the environment
+{''.join(f'  {e}' + chr(10) for e in PEER_ENV)}"""
 
 
 def check_peer(path):
@@ -167,13 +184,7 @@ def start_peer(ctx, args, out_file):
         env[k] = v.format(**values)
     argv = [os.path.abspath(args.peer_bin), *(a.format(**values) for a in args.peer_arg)]
     proc = run.Proc("peer", under_callgrind(out_file, argv), ctx["workdir"], env=env, cwd=d)
-    try:
-        run.wait_port(port, timeout=START_TIMEOUT)
-    except RuntimeError:
-        proc.stop(signal.SIGKILL)
-        with open(proc.log_path, errors="replace") as f:
-            tail = f.read()[-2000:]
-        sys.exit(f"the peer did not listen on 127.0.0.1:{port}; its output:\n{tail}")
+    wait_listening(proc, port)
     return Target(proc, port, path=args.peer_path)
 
 
