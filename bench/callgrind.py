@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Instructions per request in idem, counted by callgrind (repeatable, unlike timings).
+"""Instructions per request in idem beside nginx, counted by callgrind (repeatable,
+unlike timings).
 
     python3 bench/callgrind.py [--requests 2000] [--only passthrough,fresh-redis]
                                [--traces off,1,0.01] [--bin-dir target/release]
+                               [--no-nginx] [--peer-bin PATH]
 
 For each scenario, idem (one worker) runs under `valgrind --tool=callgrind` twice: once
 serving N requests and once serving 2N, one keep-alive connection, sequentially. The
@@ -11,13 +13,21 @@ shutdown cancelled out. It counts idem's instructions only (user space, every th
 not the kernel's, the upstream's or Redis's. Compare two commits with the same binary
 flags: the count does not depend on what else the machine is doing.
 
+nginx is measured the same way beside it, sent the same requests (path, headers, body)
+as each idem scenario: `proxy_pass` to the same upstream, one process (`daemon off;
+master_process off;`, so that valgrind counts the process that serves), upstream
+keepalive, access log off. The table gives both and the ratio idem/nginx, so "how far
+from nginx" is one command. `--no-nginx` leaves it out.
+
 Scenarios: passthrough (no route matches), fresh intents (memory, Redis), replays
-(Redis). Needs valgrind, redis-server and release binaries (cargo build --release --bins).
+(Redis). Needs valgrind, redis-server and nginx (installed from Debian when missing, as
+bench/run.sh does) and release binaries (cargo build --release --bins).
 
 `--traces` runs each scenario once per tracing setting: `off` (no OTLP endpoint, the
 default) or a sampling ratio, with idem exporting to a local OTLP/HTTP sink
 (bench/otlp_sink.py) through the standard OTEL_* variables. The exporter's thread is
 counted too: the figure is the whole cost of tracing a request.
+
 """
 
 import argparse
@@ -25,12 +35,11 @@ import http.client
 import os
 import re
 import shutil
-import signal
-import stat
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import callgrind_targets as targets  # noqa: E402
 import run  # noqa: E402  (the orchestrator's process helpers)
 from otlp_sink import OtlpSink  # noqa: E402
 
@@ -46,7 +55,7 @@ SCENARIOS = {
 
 def drive(port, path, keying, n, tag):
     """`n` sequential POSTs on one keep-alive connection; every answer must be 2xx."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for i in range(n):
         headers = {"content-type": "application/json"}
         if keying == "unique":
@@ -77,43 +86,62 @@ def total_instructions(out_file):
     return total
 
 
-def measure(ctx, name, n, tag, env=None):
-    store, path, keying = SCENARIOS[name]
-    workdir = ctx["workdir"]
-    out = os.path.join(workdir, f"callgrind-{name}-{n}.out")
-    wrapper = os.path.join(workdir, "idem-under-callgrind.sh")
-    with open(wrapper, "w") as f:
-        f.write("#!/bin/sh\nexec valgrind --tool=callgrind --quiet "
-                f"--callgrind-out-file={out} {ctx['idem']} \"$@\"\n")
-    os.chmod(wrapper, stat.S_IRWXU)
-    idem = run.Idem({"idem": wrapper}, workdir, ctx["upstream_port"], store,
-                    redis=ctx["redis"], workers=1, env=env)
+def measure(ctx, start, path, keying, n, tag):
+    """Total instructions of one process started by `start(out_file)` serving `n`
+    requests (a replay's first execution is made before, and counted in both runs)."""
+    out = os.path.join(ctx["workdir"], f"callgrind-{tag}-{n}.out")
+    target = start(out)
     try:
+        path = target.path or path
         if keying == "same":
-            drive(idem.port, path, keying, 1, tag)  # the first execution, not measured
-        drive(idem.port, path, keying, n, tag)
+            drive(target.port, path, keying, 1, tag)  # the first execution, not measured
+        drive(target.port, path, keying, n, tag)
     finally:
-        idem.proc.stop(signal.SIGTERM, timeout=60)
-    return total_instructions(out)
+        target.stop()
+    total = total_instructions(out)
+    if total == 0:
+        raise RuntimeError(f"{tag}: no callgrind counts in {out}*")
+    return total
+
+
+def per_request(ctx, start, path, keying, n, tag):
+    small = measure(ctx, start, path, keying, n, f"{tag}-a")
+    large = measure(ctx, start, path, keying, 2 * n, f"{tag}-b")
+    return (large - small) / n
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = argparse.ArgumentParser(description=__doc__ + targets.PEER_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--only", default="", help="comma-separated scenario names: "
+                    + ", ".join(SCENARIOS))
     ap.add_argument("--traces", default="off",
                     help="comma-separated: off, or a sampling ratio (1, 0.01)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
+    ap.add_argument("--no-nginx", action="store_true", help="measure idem only")
+    ap.add_argument("--peer-bin", help="a peer idempotency proxy's binary (see \"peer\" above)")
+    ap.add_argument("--peer-arg", action="append", default=[], metavar="ARG",
+                    help="an argument for the peer (repeatable)")
+    ap.add_argument("--peer-env", action="append", default=[], metavar="K=V",
+                    help="the peer's environment (repeatable; replaces the defaults)")
+    ap.add_argument("--peer-path", default=targets.PEER_PATH,
+                    help="the path the peer is sent (default %(default)s)")
     args = ap.parse_args()
-    for tool in ("valgrind", "redis-server"):
-        if not shutil.which(tool):
-            sys.exit(f"{tool} not found: apt-get install {tool}")
+    names = [s for s in args.only.split(",") if s] or list(SCENARIOS)
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        sys.exit(f"--only: unknown scenario {', '.join(unknown)} "
+                 f"(choose from {', '.join(SCENARIOS)})")
+    if args.peer_bin:
+        targets.check_peer(args.peer_bin)
+    elif args.peer_arg or args.peer_env:
+        sys.exit("--peer-arg and --peer-env need --peer-bin")
+    targets.ensure_tools(need_nginx=not args.no_nginx)
     bins = {b: os.path.join(args.bin_dir, b) for b in ("idem", "idem-bench-upstream")}
     for b in bins.values():
         if not os.path.exists(b):
             sys.exit(f"{b} missing: cargo build --release --bins")
-    names = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     workdir = tempfile.mkdtemp(prefix="idem-callgrind-")
     ctx = {"workdir": workdir, "idem": bins["idem"]}
     redis = run.Redis(workdir)
@@ -122,26 +150,62 @@ def main():
     sink = OtlpSink()
     up = run.Proc("upstream", [bins["idem-bench-upstream"], "--listen",
                                f"127.0.0.1:{ctx['upstream_port']}", "--threads", "1"], workdir)
+    ok = False
     try:
         run.wait_port(ctx["upstream_port"])
         n = args.requests
-        print(f"{'scenario':14} {'traces':>7} {'instr/req':>10} {'exported B/req':>15}"
-              f"   ({n} vs {2 * n} requests, idem --workers 1)")
+        print(f"Instructions per request: ({n} vs {2 * n} sequential keep-alive POSTs) / "
+              f"{n}; idem --workers 1, nginx 1 process; {os.path.abspath(args.bin_dir)}")
+        print()
+        print("| scenario | traces | idem instr/req | nginx instr/req | idem/nginx "
+              "| exported B/req |")
+        print("|---|---|---:|---:|---:|---:|")
+        nginx = {}  # (path, keying) -> instructions per request: one run per request shape
+        idem = {}
         for name in names:
+            store, path, keying = SCENARIOS[name]
             for traces in args.traces.split(","):
                 env = None if traces == "off" else sink.env(float(traces))
                 before = sink.bytes
-                small = measure(ctx, name, n, f"{name}-{traces}-a", env)
+                small = measure(ctx, lambda out: targets.start_idem(ctx, store, out, env),
+                                path, keying, n, f"{name}-{traces}-a")
                 middle = sink.bytes
-                large = measure(ctx, name, 2 * n, f"{name}-{traces}-b", env)
+                large = measure(ctx, lambda out: targets.start_idem(ctx, store, out, env),
+                                path, keying, 2 * n, f"{name}-{traces}-b")
                 exported = ((sink.bytes - middle) - (middle - before)) / n
-                print(f"{name:14} {traces:>7} {(large - small) / n:>10,.0f} {exported:>15,.0f}",
-                      flush=True)
+                ours = (large - small) / n
+                idem[(name, traces)] = ours
+                ref = ratio = "—"
+                if not args.no_nginx:
+                    if (path, keying) not in nginx:
+                        nginx[(path, keying)] = per_request(
+                            ctx, lambda out: targets.start_nginx(ctx, out), path, keying, n,
+                            f"nginx-{name}")
+                    ref = f"{nginx[(path, keying)]:,.0f}"
+                    ratio = f"{ours / nginx[(path, keying)]:.2f}"
+                print(f"| {name} | {traces} | {ours:,.0f} | {ref} | {ratio} "
+                      f"| {exported:,.0f} |", flush=True)
+        if args.peer_bin:
+            peer = per_request(ctx, lambda out: targets.start_peer(ctx, args, out),
+                               "/charges", "unique", n, "peer")
+            line = f"peer {args.peer_bin}, fresh intents on Redis: {peer:,.0f} instr/req"
+            ref = nginx.get(("/charges", "unique"))
+            if ref:
+                line += f", {peer / ref:.2f}× nginx"
+            ours = idem.get(("fresh-redis", "off"))
+            if ours:
+                line += f"; idem fresh-redis {ours:,.0f}: {peer / ours:.2f}× fewer than the peer"
+            print()
+            print(line)
+        ok = True
     finally:
         sink.stop()
         up.stop()
         redis.proc.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"logs kept in {workdir}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.request
 
+import plot
 from postgres import Postgres, bin_dir as pg_bin_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -126,7 +127,7 @@ def machine_busy(seconds=1.0):
 
 
 class Proc:
-    def __init__(self, name, argv, workdir, env=None):
+    def __init__(self, name, argv, workdir, env=None, cwd=None):
         self.name = name
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "ab")
@@ -136,6 +137,7 @@ class Proc:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
         )
         self.pid = self.p.pid
 
@@ -300,9 +302,14 @@ def wrk(args, workdir, port, script, path, seconds, connections=None, env=None):
 
 
 def loadtest(bins, argv, timeout=120):
+    """`idem loadtest`: exit status and its report. Its progress lines (stderr, every
+    few seconds) are left out, so that the report quoted in the results is the same
+    however long the run took."""
     r = subprocess.run([bins["idem"], "loadtest", *argv], capture_output=True, text=True,
                        timeout=timeout)
-    return r.returncode, r.stdout + r.stderr
+    stderr = "".join(line for line in r.stderr.splitlines(keepends=True)
+                     if not line.startswith("loadtest progress: "))
+    return r.returncode, r.stdout + stderr
 
 
 # --- scenarios ----------------------------------------------------------------------
@@ -873,12 +880,17 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     stamp = started.strftime("%Y-%m-%d")
     suffix = "" if not only else "-partial"
+    data = {"machine": info, "results": results, "extras": extras, "args": vars(args)}
+    with open(os.path.join(args.out, f"{stamp}{suffix}.json"), "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    # The chart beside the markdown, which shows it (bench/plot.py draws it again
+    # from the JSON).
+    svg = plot.write(json.loads(json.dumps(data, default=str)),
+                     os.path.join(args.out, f"{stamp}{suffix}.svg"))
+    text += f"\n![req/s, CPU per request and latency]({os.path.basename(svg)})\n"
     md = os.path.join(args.out, f"{stamp}{suffix}.md")
     with open(md, "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, f"{stamp}{suffix}.json"), "w") as f:
-        json.dump({"machine": info, "results": results, "extras": extras,
-                   "args": vars(args)}, f, indent=1, default=str)
     print()
     print(text)
     log(f"wrote {md}")

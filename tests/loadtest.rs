@@ -212,3 +212,50 @@ async fn duration_limit_stops_the_run() {
     assert!(report.intents_sent > 0 && report.intents_sent < 1_000_000);
     assert!(report.to_string().contains("stopped at --duration-limit"));
 }
+
+/// Off a terminal, progress is a line on stderr every `--progress-interval`, and the
+/// report on stdout is the same as without it. The run cannot be shorter than 20
+/// sequential waves of 50 ms (40 intents, 2 at a time, each delayed upstream), so a
+/// 100 ms interval gives lines however slow the machine; nothing is asserted on speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_lines_go_to_stderr_when_it_is_not_a_terminal() {
+    let upstream = MockUpstream::start().await;
+    let target = upstream.url();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args([
+                "loadtest",
+                "--target",
+                &target,
+                "--path-template",
+                "/charges",
+            ])
+            .args(["--intents", "40", "--duplicates", "1", "--concurrency", "2"])
+            .args([
+                "--header",
+                "x-mock-delay-ms: 50",
+                "--progress-interval",
+                "100ms",
+            ])
+            .output()
+            .expect("run idem loadtest")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("loadtest progress: "))
+        .collect();
+    assert!(!lines.is_empty(), "no progress on stderr: {stderr:?}");
+    for line in &lines {
+        assert!(line.contains("/40 requests ("), "{line}");
+        assert!(line.contains(" req/s over the last "), "{line}");
+        assert!(line.ends_with(" 0 errors"), "{line}");
+    }
+    assert!(!stdout.contains("loadtest progress"), "{stdout}");
+    assert!(stdout.contains("requests:  40 in "), "{stdout}");
+    assert!(stdout.contains("result: PASS"), "{stdout}");
+}

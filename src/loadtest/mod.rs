@@ -20,21 +20,31 @@
 //! replayed (`Idempotent-Replayed: true`), conflicts (409) and errors (any other status,
 //! timeouts, transport failures). The run fails (exit 1) on any double execution, any
 //! error, or any wrong or unreadable count.
+//!
+//! While it runs, progress goes to stderr (a bar on a terminal, a line every
+//! `--progress-interval` elsewhere; [`progress`]); the report goes to stdout.
+//!
+//! # Layout
+//! - `plan.rs`: the arguments checked and turned into a request plan.
+//! - `client.rs`: the HTTP client, one exchange, the `--check-url` reads.
+//! - `progress.rs`: progress on stderr.
+//! - `report.rs`: the tally of answers and the report.
+//! - `template.rs`: the `{i}`, `{key}`, `{run}` templates.
 
+mod client;
+mod plan;
+mod progress;
 mod report;
 mod template;
 
-use std::hash::{DefaultHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, Semaphore};
+
+use client::{check_counts, send};
+use plan::{valid_run_id, Plan};
+use progress::Progress;
 
 pub use report::{Answer, CheckResult, LatencySummary, Report, RunInfo, Tally};
 pub use template::{IntentVars, LoadTemplate};
@@ -89,6 +99,10 @@ pub struct LoadtestArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// How often a progress line goes to stderr when it is not a terminal (a terminal
+    /// gets a bar instead); 0 turns progress off.
+    #[arg(long, default_value = "5s", value_parser = crate::config::parse_duration)]
+    pub progress_interval: Duration,
 }
 
 impl LoadtestArgs {
@@ -109,113 +123,6 @@ impl LoadtestArgs {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(String);
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// Everything a request of the run needs, parsed once.
-struct Plan {
-    method: Method,
-    base: String,
-    path: LoadTemplate,
-    body: LoadTemplate,
-    constant_body: Option<Bytes>,
-    headers: Vec<(HeaderName, LoadTemplate)>,
-    key_header: Option<HeaderName>,
-    run: String,
-    timeout: Duration,
-}
-
-impl Plan {
-    fn new(args: &LoadtestArgs, run: String) -> Result<Plan, UsageError> {
-        let base = args.target.trim_end_matches('/').to_owned();
-        let uri: Uri = base
-            .parse()
-            .map_err(|e| UsageError(format!("--target {base}: {e}")))?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            return Err(UsageError(format!(
-                "--target {base}: give an http://host:port URL"
-            )));
-        }
-        if !args.path_template.starts_with('/') {
-            return Err(UsageError("--path-template must start with /".into()));
-        }
-        let method = Method::from_bytes(args.method.as_bytes())
-            .map_err(|_| UsageError(format!("--method {}: not a method", args.method)))?;
-        let mut headers = Vec::new();
-        for h in &args.headers {
-            let (name, value) = h
-                .split_once(':')
-                .ok_or_else(|| UsageError(format!("--header {h}: expected K:V")))?;
-            let name = HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| UsageError(format!("--header {h}: bad header name")))?;
-            headers.push((name, LoadTemplate::parse(value.trim())));
-        }
-        let key_header = match args.key_header.trim() {
-            "" => None,
-            name => Some(
-                HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| UsageError(format!("--key-header {name}: bad header name")))?,
-            ),
-        };
-        let body = LoadTemplate::parse(&args.body);
-        let constant_body = body
-            .is_constant()
-            .then(|| Bytes::from(args.body.clone().into_bytes()));
-        Ok(Plan {
-            method,
-            base,
-            path: LoadTemplate::parse(&args.path_template),
-            body,
-            constant_body,
-            headers,
-            key_header,
-            run,
-            timeout: args.timeout,
-        })
-    }
-
-    fn key(&self, i: u64) -> String {
-        format!("lt-{}-{i}", self.run)
-    }
-
-    fn request(&self, intent: IntentVars<'_>) -> Result<Request<Full<Bytes>>, String> {
-        let uri = format!("{}{}", self.base, self.path.render(intent));
-        let mut req = Request::builder().method(self.method.clone()).uri(uri);
-        if let Some(name) = &self.key_header {
-            req = req.header(name, intent.key);
-        }
-        let body = match &self.constant_body {
-            Some(b) => b.clone(),
-            None => Bytes::from(self.body.render(intent)),
-        };
-        if !body.is_empty() {
-            req = req.header(http::header::CONTENT_TYPE, "application/json");
-        }
-        for (name, value) in &self.headers {
-            let value = HeaderValue::from_str(&value.render(intent))
-                .map_err(|_| format!("header {name}: value is not a valid header value"))?;
-            req = req.header(name, value);
-        }
-        req.body(Full::new(body)).map_err(|e| e.to_string())
-    }
-}
-
-fn client(pool: usize) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(pool)
-        .build(connector)
-}
-
-fn valid_run_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
 
 /// Run the load test and return its report (print it with `Display`, or as JSON).
 pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
@@ -247,7 +154,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
     })
     .map_err(UsageError)?;
 
-    let client = client(args.concurrency);
+    let client = client::client(args.concurrency);
     let intents = usize::try_from(args.intents)
         .map_err(|_| UsageError("--intents: too many for this machine".into()))?;
     let mut tally = Tally::new(format!("lt-{run}-"), intents);
@@ -298,11 +205,20 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
             drop(tx);
         })
     };
+    let mut progress = Progress::start(args.progress_interval, args.intents * args.duplicates);
     let mut total = 0u64;
-    while let Some((i, took, answer)) = rx.recv().await {
-        tally.record(i, took, answer);
-        total += 1;
+    loop {
+        tokio::select! {
+            received = rx.recv() => {
+                let Some((i, took, answer)) = received else { break };
+                tally.record(i, took, answer);
+                total += 1;
+                progress.update(total, tally.error_count());
+            }
+            () = progress.due() => progress.line(total, tally.error_count()),
+        }
     }
+    progress.finish();
     let _ = dispatcher.await;
     let elapsed = started.elapsed();
     if total < args.intents * args.duplicates {
@@ -326,124 +242,6 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
         stopped_at_limit,
     };
     Ok(tally.finish(info, elapsed, check))
-}
-
-async fn send(client: &HttpClient, request: Request<Full<Bytes>>, timeout: Duration) -> Answer {
-    let exchange = async {
-        let response = client.request(request).await.map_err(|e| {
-            // The hyper-util error alone says little ("client error (Connect)").
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                text.push_str(": ");
-                text.push_str(&s.to_string());
-                source = s.source();
-            }
-            text
-        })?;
-        let status = response.status().as_u16();
-        let replayed = response
-            .headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("reading the body: {e}"))?
-            .to_bytes();
-        let body_hash = (200..300).contains(&status).then(|| {
-            let mut h = DefaultHasher::new();
-            h.write(&body);
-            h.finish()
-        });
-        Ok::<_, String>(Answer::Response {
-            status,
-            replayed,
-            body_hash,
-        })
-    };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => Answer::Transport(e),
-        Err(_) => Answer::Timeout,
-    }
-}
-
-/// Ask `url` (rendered per intent) for each sent intent's execution count.
-async fn check_counts(
-    client: &HttpClient,
-    tally: &Tally,
-    url: &LoadTemplate,
-    run: &str,
-    concurrency: usize,
-) -> CheckResult {
-    use futures_util::stream::{self, StreamExt};
-
-    let requests = tally.sent_intents().map(|i| {
-        let key = tally.key(i);
-        let uri = url.render(IntentVars {
-            index: i as u64,
-            key: &key,
-            run,
-        });
-        let client = client.clone();
-        async move {
-            let count = read_count(&client, &uri).await;
-            (key, count)
-        }
-    });
-    let mut results = stream::iter(requests).buffer_unordered(concurrency.clamp(1, 64));
-    let mut check = CheckResult::default();
-    while let Some((key, count)) = results.next().await {
-        check.checked += 1;
-        match count {
-            Ok(1) => {}
-            Ok(n) => {
-                check.wrong_total += 1;
-                if check.wrong.len() < 10 {
-                    check.wrong.push((key, n));
-                }
-            }
-            Err(e) => {
-                check.failures_total += 1;
-                if check.failures.len() < 10 {
-                    check.failures.push(format!("{key}: {e}"));
-                }
-            }
-        }
-    }
-    check
-}
-
-async fn read_count(client: &HttpClient, uri: &str) -> Result<u64, String> {
-    let request = Request::get(uri)
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| format!("bad check URL {uri}: {e}"))?;
-    let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| format!("GET {uri}: {e}"))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("GET {uri}: {e}"))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(format!("GET {uri}: status {status}"));
-        }
-        let json: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|_| format!("GET {uri}: the answer is not JSON"))?;
-        json.get("count")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| format!("GET {uri}: no numeric \"count\" field"))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| format!("GET {uri}: no answer within 10 s"))?
 }
 
 /// `idem loadtest`: run, print, and map the outcome to an exit status (0 pass, 1 fail,

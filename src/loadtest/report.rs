@@ -102,6 +102,11 @@ impl Tally {
     }
 
     /// Indexes of the intents that had at least one request sent.
+    /// Errors so far, of every kind (the progress shows them while the run goes on).
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
     pub fn sent_intents(&self) -> impl Iterator<Item = usize> + '_ {
         self.intents
             .iter()
