@@ -241,8 +241,12 @@ impl<'a> Flow<'a> {
                 }
                 Decision::Retry | Decision::Reconcile => {
                     let settling = match decision {
-                        Decision::Retry => self.retry_unknown(&intent, &existing).await,
-                        _ => self.reconcile(&intent, &existing).await,
+                        // Boxed: rare paths (a lookup is a whole upstream exchange),
+                        // kept out of the state every protected request's future
+                        // carries and copies (measured: +8k instructions of memcpy per
+                        // replay when inline).
+                        Decision::Retry => Box::pin(self.retry_unknown(&intent, &existing)).await,
+                        _ => Box::pin(self.reconcile(&intent, &existing)).await,
                     };
                     match settling {
                         Settling::Forward(record) => return self.forward(&intent, record).await,

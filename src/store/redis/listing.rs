@@ -1,8 +1,8 @@
 //! Listing in-progress records for operators (SPEC §1 "Unknown outcomes"): `SCAN` the
-//! keyspace under the prefix on every master, read each record's state byte
-//! (`GETRANGE key 0 0`) so that completed records — nearly all of them, and the ones
-//! carrying bodies — are never transferred, then `GET` the in-progress ones. The
-//! commands of a batch go out together on the multiplexed link (pipelined).
+//! keyspace under the prefix on every master; for each batch one read-only script
+//! checks every record's state byte on the server (`GETRANGE key 0 0`) and returns only
+//! the in-progress ones, so completed records — nearly all of them, and the ones
+//! carrying bodies — never travel, and the batch costs idem one command, not one per key.
 //!
 //! Cluster: `CLUSTER SHARDS` names the shards; each is scanned through one of its slots,
 //! routed to that slot's master by the client's own slot map, so the configured
@@ -13,7 +13,6 @@
 //! the prefix that are not record keys (another program's, a `TYPE` other than string)
 //! are skipped.
 
-use futures_util::future::join_all;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{FromRedisValue, Value};
@@ -27,6 +26,21 @@ use crate::store::{Record, StoreError};
 
 /// Keys asked for per `SCAN` step (a hint to Redis), and so records read per batch.
 const BATCH: usize = 500;
+
+/// The in-progress records among the names in `ARGV` (all of one node), as name, value
+/// pairs. Undeclared keys: they are the node's own (from its `SCAN`), in many slots.
+const IN_PROGRESS: &str = "#!lua flags=no-writes,allow-cross-slot-keys
+local out = {}
+for _, name in ipairs(ARGV) do
+  if redis.call('GETRANGE', name, 0, 0) == 'P' then
+    local value = redis.call('GET', name)
+    if value then
+      out[#out + 1] = name
+      out[#out + 1] = value
+    end
+  end
+end
+return out";
 
 impl RedisStore {
     pub async fn list_in_progress(
@@ -49,7 +63,7 @@ impl RedisStore {
                 let keys = names
                     .iter()
                     .filter_map(|name| Some((self.layout.parse_store_key(name)?, &name[..])));
-                for (key, record) in self.read_in_progress(&link, keys.collect()).await? {
+                for (key, record) in self.read_in_progress(&link, node, keys.collect()).await? {
                     soonest.push(key, record);
                 }
                 if next == 0 {
@@ -76,61 +90,68 @@ impl RedisStore {
             .arg(BATCH)
             .arg("TYPE")
             .arg("string");
-        let reply = match (link, slot) {
-            (Link::Cluster(cluster), Some(slot)) => {
-                let mut cluster = cluster.clone();
-                let route = Route::new(slot, SlotAddr::Master);
-                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                self.bounded(&self.conn, cluster.route_command(cmd, to))
-                    .await?
-            }
-            _ => {
-                let mut link = link.clone();
-                self.bounded(&self.conn, cmd.query_async::<Value>(&mut link))
-                    .await?
-            }
-        };
+        let reply = self.on_node(link, slot, cmd).await?;
         <(u64, Vec<Vec<u8>>)>::from_redis_value(reply)
             .map_err(|e| StoreError::Unavailable(format!("unexpected SCAN reply: {e}")))
     }
 
-    /// The in-progress records among `keys`: state bytes first, then the records.
+    /// The in-progress records among `keys` (all on the node of `slot`), in one round
+    /// trip: a read-only script checks each record's state byte on the server and
+    /// returns only the in-progress ones, so neither the completed records nor one
+    /// command per key ever travel (a command costs idem thousands of instructions).
     async fn read_in_progress(
         &self,
         link: &Link,
+        slot: Option<u16>,
         keys: Vec<(StoreKey, &[u8])>,
     ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
-        let send = |verb: &str, name: &[u8], range: bool| {
-            let mut cmd = redis::cmd(verb);
-            cmd.arg(name);
-            if range {
-                cmd.arg(0).arg(0);
-            }
-            let mut link = link.clone();
-            async move {
-                self.bounded(&self.conn, cmd.query_async::<Option<Vec<u8>>>(&mut link))
-                    .await
-            }
-        };
-        let states = join_all(keys.iter().map(|(_, name)| send("GETRANGE", name, true))).await;
-        let mut pending = Vec::new();
-        for (key, state) in keys.into_iter().zip(states) {
-            if state?.as_deref() == Some(b"P") {
-                pending.push(key);
-            }
+        if keys.is_empty() {
+            return Ok(Vec::new());
         }
-        let bodies = join_all(pending.iter().map(|(_, name)| send("GET", name, false))).await;
-        let mut records = Vec::with_capacity(pending.len());
-        for ((key, name), bytes) in pending.into_iter().zip(bodies) {
-            // Completed or deleted since its state byte was read: not in progress.
-            let Some(bytes) = bytes? else { continue };
-            match decode(&bytes) {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(IN_PROGRESS).arg(0);
+        for (_, name) in &keys {
+            cmd.arg(*name);
+        }
+        let reply = self.on_node(link, slot, cmd).await?;
+        let found = <Vec<Vec<u8>>>::from_redis_value(reply)
+            .map_err(|e| StoreError::Unavailable(format!("unexpected listing reply: {e}")))?;
+        let mut records = Vec::with_capacity(found.len() / 2);
+        for pair in found.chunks_exact(2) {
+            let (name, bytes) = (&pair[0], &pair[1]);
+            let Some(key) = self.layout.parse_store_key(name) else {
+                continue;
+            };
+            match decode(bytes) {
                 Ok(record) => records.push((key, record)),
                 Err(e) => tracing::warn!(key = %String::from_utf8_lossy(name), error = %e,
                     "skipping an unreadable record while listing"),
             }
         }
         Ok(records)
+    }
+
+    /// Send `cmd` to the node of `slot` (cluster) or the one server.
+    async fn on_node(
+        &self,
+        link: &Link,
+        slot: Option<u16>,
+        cmd: redis::Cmd,
+    ) -> Result<Value, StoreError> {
+        match (link, slot) {
+            (Link::Cluster(cluster), Some(slot)) => {
+                let mut cluster = cluster.clone();
+                let route = Route::new(slot, SlotAddr::Master);
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                self.bounded(&self.conn, cluster.route_command(cmd, to))
+                    .await
+            }
+            _ => {
+                let mut link = link.clone();
+                self.bounded(&self.conn, cmd.query_async::<Value>(&mut link))
+                    .await
+            }
+        }
     }
 
     /// One slot of every shard that serves any, from `CLUSTER SHARDS` (Redis ≥ 7).

@@ -42,7 +42,10 @@ fn sealed_records_round_trip_through_the_codec_and_hide_the_response() {
     for secret in ["Ada", "holder", "x-card-holder"] {
         assert!(!text.contains(secret), "{secret} readable in {text}");
     }
-    assert!(text.contains("\"status\":null"), "the status is sealed too: {text}");
+    assert!(
+        text.contains("\"status\":null"),
+        "the status is sealed too: {text}"
+    );
     assert!(text.contains("\"sealed\":\"new\""), "{text}");
     let mut back = decode(&bytes).unwrap();
     ring.open(&mut back, &key).unwrap();
