@@ -131,3 +131,72 @@ impl Answer for McpAnswer<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use http::{HeaderName, Response};
+
+    use super::*;
+
+    fn call() -> ToolCall {
+        ToolCall {
+            id: serde_json::json!(7),
+            tool: "charge".into(),
+            args_hash: String::new(),
+            exact: true,
+            modern: false,
+        }
+    }
+
+    /// The MCP path keeps the same headers as plain HTTP: credentials never, the
+    /// route's `store_headers` rule, and no session id; one JSON content type.
+    #[test]
+    fn store_headers_apply_to_mcp_answers() {
+        let mut policy =
+            crate::route::tests::policy("tools", &[http::Method::POST], "/mcp", &["k"]);
+        policy.store_headers.exclude = vec![HeaderName::from_static("x-trace-note")];
+        let call = call();
+        let head = Response::builder()
+            .header("content-type", "application/json")
+            .header("set-cookie", "session=secret")
+            .header("mcp-session-id", "s-1")
+            .header("x-trace-note", "t")
+            .header("x-kept", "k")
+            .body(())
+            .unwrap();
+        let (parts, ()) = head.into_parts();
+        let mut answer = McpAnswer::new(&call, &policy);
+        answer.head(&parts, http_body::SizeHint::default());
+        let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#);
+        assert!(!answer.data(&body));
+        let (exchanged, stored) = answer.finish().unwrap();
+        assert_eq!(exchanged, Exchanged::Answered(200));
+        let names: Vec<String> = stored
+            .unwrap()
+            .headers
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(names, ["x-kept", "content-type"]);
+        policy.store_headers.include = Some(vec![HeaderName::from_static("x-trace-note")]);
+        let policy = Arc::new(policy);
+        let mut answer = McpAnswer::new(&call, &policy);
+        answer.head(&parts, http_body::SizeHint::default());
+        answer.data(&body);
+        let (_, stored) = answer.finish().unwrap();
+        let names: Vec<String> = stored
+            .unwrap()
+            .headers
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(
+            names,
+            ["content-type"],
+            "excluded wins over included; the type is set"
+        );
+    }
+}
