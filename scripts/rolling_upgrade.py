@@ -124,15 +124,16 @@ def storm(name, idems, upstream_url):
             i, (status, body, _) = job.result()
             if 200 <= status < 300 and i in first and body != first[i]:
                 mismatched += 1
-    doubles = 0
+    doubles = once = 0
     for i in range(INTENTS):
         key = urllib.parse.quote(f"charge:ru-{name}-{i}", safe="")
         with urllib.request.urlopen(f"{upstream_url}/count?key={key}") as r:
-            if json.loads(r.read())["count"] > 1:
-                doubles += 1
+            count = json.loads(r.read())["count"]
+            doubles += count > 1
+            once += count == 1
     fives = sum(n for s, n in tally.items() if isinstance(s, int) and s >= 500)
     return {"store": name, "intents": INTENTS, "requests": INTENTS * (DUPLICATES + 2),
-            "double_executions": doubles, "replays_differing": mismatched,
+            "double_executions": doubles, "executed_once": once, "replays_differing": mismatched,
             "5xx": fives, "unreadable": tally.get("record_unreadable", 0),
             "statuses": {str(k): v for k, v in sorted(tally.items(), key=str)}}
 
@@ -182,12 +183,17 @@ def main():
             print(json.dumps(result), flush=True)
     finally:
         procs.stop()
-    print(f"\n| store | old release | intents | requests | double executions | 5xx | unreadable records | replays differing |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| store | old release | intents | requests | executed once | double executions "
+          "| 5xx | unreadable records | replays differing |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['store']} | {args.old_ref} | {r['intents']} | {r['requests']} | "
-              f"{r['double_executions']} | {r['5xx']} | {r['unreadable']} | {r['replays_differing']} |")
-    bad = any(r["double_executions"] or r["5xx"] or r["replays_differing"] for r in results)
+              f"{r['executed_once']} | {r['double_executions']} | {r['5xx']} | "
+              f"{r['unreadable']} | {r['replays_differing']} |")
+    # Every intent must have been executed exactly once (a count of 0 would mean the
+    # check itself looked in the wrong place).
+    bad = any(r["double_executions"] or r["5xx"] or r["replays_differing"]
+              or r["executed_once"] != r["intents"] for r in results)
     sys.exit(1 if bad else 0)
 
 
