@@ -76,7 +76,7 @@ pub async fn protect(cx: &RequestContext, inbound: Inbound, body: Incoming) -> H
     // future instead of moving into a nested one (the hot path of every route).
     match flow.derive() {
         Derived::Reserve(intent) => flow.reserve(intent).await,
-        Derived::Unprotected => flow.unprotected(Outcome::Passthrough).await,
+        Derived::Unprotected => Box::pin(flow.unprotected(Outcome::Passthrough)).await,
         Derived::Refuse(p) => flow.refuse(p, Outcome::Rejected),
     }
 }
@@ -102,7 +102,7 @@ pub async fn protect_read(
     }
     match flow.derive() {
         Derived::Reserve(intent) => flow.reserve(intent).await,
-        Derived::Unprotected => flow.unprotected(Outcome::Passthrough).await,
+        Derived::Unprotected => Box::pin(flow.unprotected(Outcome::Passthrough)).await,
         Derived::Refuse(p) => flow.refuse(p, Outcome::Rejected),
     }
 }
@@ -188,7 +188,7 @@ impl<'a> Flow<'a> {
                     if refused && matches!(e, StoreError::Timeout(_)) {
                         release_orphan(&cx.worker, intent.store_key, mine.token, policy.lease);
                     }
-                    return self.store_failed(e).await;
+                    return Box::pin(self.store_failed(e)).await;
                 }
                 Ok(Reserve::Won) => return self.forward(&intent, mine).await,
                 Ok(Reserve::Exists(existing)) => existing,
@@ -231,7 +231,7 @@ impl<'a> Flow<'a> {
                         Ok(true) => return self.forward(&intent, next).await,
                         // Another duplicate took it over first: look again.
                         Ok(false) => continue,
-                        Err(e) => return self.store_failed(e).await,
+                        Err(e) => return Box::pin(self.store_failed(e)).await,
                     }
                 }
                 Decision::Retry | Decision::Reconcile if lost == Some(existing.token) => {
@@ -265,7 +265,7 @@ impl<'a> Flow<'a> {
                             }
                         }
                         Settling::Refuse(p) => return self.refuse(p, Outcome::Conflict),
-                        Settling::StoreFailed(e) => return self.store_failed(e).await,
+                        Settling::StoreFailed(e) => return Box::pin(self.store_failed(e)).await,
                         Settling::Lost => lost = Some(existing.token),
                     }
                 }

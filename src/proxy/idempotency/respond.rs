@@ -20,6 +20,10 @@ use crate::store::seal::Unreadable;
 use crate::store::{Record, StoreError, StoredResponse};
 
 impl Flow<'_> {
+    // The store's failure and the unprotected forward are boxed where they are awaited
+    // (`mod.rs`): each holds a whole upstream exchange (~2.8 KB), which inline would
+    // sit in every protected request's future and be copied with it.
+
     /// The store could not answer: refuse (default) or forward unprotected, marked.
     pub(super) async fn store_failed(self, error: StoreError) -> Handled {
         tracing::warn!(error = %error, "idempotency store unavailable");
