@@ -75,28 +75,19 @@ impl UpstreamSpan {
     }
 }
 
-/// Send `request` and wait at most `timeout` for its head, in the upstream span;
-/// classify what happened.
-async fn send(
-    worker: &Worker,
-    trace: Option<&RequestTrace>,
-    mut request: Request<UpstreamBody>,
-    timeout: Duration,
-) -> (Sent, UpstreamSpan) {
-    let span = UpstreamSpan::start(trace, &mut request);
-    let sent = worker.client.send(request, timeout).await;
-    (sent, span)
-}
-
 /// Forward without idempotency: the answer's head, its body left to stream, or the
 /// problem to answer with (502 nothing sent, 504 outcome unknown).
 pub async fn forward(
     worker: &Worker,
     trace: Option<&RequestTrace>,
-    request: Request<UpstreamBody>,
+    mut request: Request<UpstreamBody>,
     format: &ProblemFormat,
 ) -> Result<Response<ResponseBody>, Response<ProxyBody>> {
-    let (sent, span) = send(worker, trace, request, worker.upstream.timeout).await;
+    // The span starts here, and the client's future is awaited right here, not in a
+    // helper future: every nesting level keeps its own copy of the request in its state
+    // (measured: ~600 bytes more in every request's future).
+    let span = UpstreamSpan::start(trace, &mut request);
+    let sent = worker.client.send(request, worker.upstream.timeout).await;
     match sent {
         Sent::Answered(mut response) => {
             span.end(Some(response.status().as_u16()), None);
@@ -121,13 +112,14 @@ pub async fn forward(
 /// read what `answer` extracts from it. The span covers the head and the body.
 pub async fn execute<A: Answer>(
     cx: &RequestContext,
-    request: Request<UpstreamBody>,
+    mut request: Request<UpstreamBody>,
     answer: A,
     out: Outbound,
 ) -> Ended {
     let worker = &*cx.worker;
     let timeout = worker.upstream.timeout;
-    let (sent, span) = send(worker, cx.trace(), request, timeout).await;
+    let span = UpstreamSpan::start(cx.trace(), &mut request);
+    let sent = worker.client.send(request, timeout).await;
     let (ended, status) = match sent {
         Sent::NotSent(e) => (
             Ended::unanswered(Exchanged::NotSent, e.to_string(), out),
@@ -193,12 +185,13 @@ pub enum Lookup {
 /// other, bounded by the lookup's own timeout, in its own upstream span.
 pub async fn lookup(
     cx: &RequestContext,
-    request: Request<UpstreamBody>,
+    mut request: Request<UpstreamBody>,
     reconcile: &Reconcile,
     policy: &RoutePolicy,
 ) -> Lookup {
     let worker = &*cx.worker;
-    let (sent, span) = send(worker, cx.trace(), request, reconcile.timeout).await;
+    let span = UpstreamSpan::start(cx.trace(), &mut request);
+    let sent = worker.client.send(request, reconcile.timeout).await;
     let response = match sent {
         Sent::Answered(response) => response,
         Sent::NotSent(e) => {
