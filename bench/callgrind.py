@@ -31,6 +31,7 @@ counted too: the figure is the whole cost of tracing a request.
 """
 
 import argparse
+import base64
 import http.client
 import os
 import re
@@ -51,17 +52,45 @@ SCENARIOS = {
     "fresh-redis": ("redis", "/charges", "unique"),
     "replay-redis": ("redis", "/charges", "same"),
 }
+# The cost of sealing stored responses (`store.encryption`), by response size: run with
+# `--only` (not part of the default set), e.g.
+#   --only fresh-redis-1k,fresh-redis-1k-sealed,replay-redis-64k,replay-redis-64k-sealed
+for _size, _bytes in (("1k", 1024), ("64k", 65536)):
+    for _kind, _keying in (("fresh", "unique"), ("replay", "same")):
+        for _sealed in ("", "-sealed"):
+            SCENARIOS[f"{_kind}-redis-{_size}{_sealed}"] = ("redis", "/charges", _keying)
+DEFAULT = ["passthrough", "fresh-memory", "fresh-redis", "replay-redis"]
 
 
-def drive(port, path, keying, n, tag):
+def body_bytes(name):
+    """The answer size a sealing scenario asks the upstream for (0: its small default)."""
+    return {"1k": 1024, "64k": 65536}.get(name.split("-")[2] if name.count("-") >= 2 else "", 0)
+
+
+def sealing(ctx, name):
+    """The `store.encryption` lines of a `-sealed` scenario (a fresh key in the workdir)."""
+    if not name.endswith("-sealed"):
+        return ""
+    key = os.path.join(ctx["workdir"], "seal.key")
+    if not os.path.exists(key):
+        with open(key, "w") as f:
+            f.write(base64.b64encode(os.urandom(32)).decode())
+    return f"  encryption:\n    keys:\n      - {{id: bench, file: {key}}}\n"
+
+
+def drive(port, path, keying, n, tag, size=0):
     """`n` sequential POSTs on one keep-alive connection; every answer must be 2xx."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for i in range(n):
         headers = {"content-type": "application/json"}
+        if size:
+            headers["x-bench-body-bytes"] = str(size)
         if keying == "unique":
             headers["idempotency-key"] = f"cg-{tag}-{i}"
         elif keying == "same":
-            headers["idempotency-key"] = "cg-replayed"
+            # One key per scenario (the tag without its run suffix): Redis outlives the
+            # runs, and a replay scenario must not replay another scenario's record.
+            headers["idempotency-key"] = f"cg-replayed-{tag.rsplit('-', 1)[0]}"
         conn.request("POST", path, body=BODY, headers=headers)
         resp = conn.getresponse()
         resp.read()
@@ -86,7 +115,7 @@ def total_instructions(out_file):
     return total
 
 
-def measure(ctx, start, path, keying, n, tag):
+def measure(ctx, start, path, keying, n, tag, size=0):
     """Total instructions of one process started by `start(out_file)` serving `n`
     requests (a replay's first execution is made before, and counted in both runs)."""
     out = os.path.join(ctx["workdir"], f"callgrind-{tag}-{n}.out")
@@ -94,8 +123,8 @@ def measure(ctx, start, path, keying, n, tag):
     try:
         path = target.path or path
         if keying == "same":
-            drive(target.port, path, keying, 1, tag)  # the first execution, not measured
-        drive(target.port, path, keying, n, tag)
+            drive(target.port, path, keying, 1, tag, size)  # the first execution, not measured
+        drive(target.port, path, keying, n, tag, size)
     finally:
         target.stop()
     total = total_instructions(out)
@@ -128,7 +157,7 @@ def main():
     ap.add_argument("--peer-path", default=targets.PEER_PATH,
                     help="the path the peer is sent (default %(default)s)")
     args = ap.parse_args()
-    names = [s for s in args.only.split(",") if s] or list(SCENARIOS)
+    names = [s for s in args.only.split(",") if s] or DEFAULT
     unknown = [s for s in names if s not in SCENARIOS]
     if unknown:
         sys.exit(f"--only: unknown scenario {', '.join(unknown)} "
@@ -167,11 +196,14 @@ def main():
             for traces in args.traces.split(","):
                 env = None if traces == "off" else sink.env(float(traces))
                 before = sink.bytes
-                small = measure(ctx, lambda out: targets.start_idem(ctx, store, out, env),
-                                path, keying, n, f"{name}-{traces}-a")
+                extra, size = sealing(ctx, name), body_bytes(name)
+
+                def start(out):
+                    return targets.start_idem(ctx, store, out, env, extra)
+
+                small = measure(ctx, start, path, keying, n, f"{name}-{traces}-a", size)
                 middle = sink.bytes
-                large = measure(ctx, lambda out: targets.start_idem(ctx, store, out, env),
-                                path, keying, 2 * n, f"{name}-{traces}-b")
+                large = measure(ctx, start, path, keying, 2 * n, f"{name}-{traces}-b", size)
                 exported = ((sink.bytes - middle) - (middle - before)) / n
                 ours = (large - small) / n
                 idem[(name, traces)] = ours

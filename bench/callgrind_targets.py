@@ -73,7 +73,7 @@ def under_callgrind(out_file, argv):
             f"--callgrind-out-file={out_file}", *argv]
 
 
-def start_idem(ctx, store, out_file, env=None):
+def start_idem(ctx, store, out_file, env=None, store_extra=""):
     """idem, one worker, through a wrapper script: run.Idem takes a binary path."""
     wrapper = os.path.join(ctx["workdir"], "idem-under-callgrind.sh")
     with open(wrapper, "w") as f:
@@ -81,7 +81,7 @@ def start_idem(ctx, store, out_file, env=None):
                 + ' "$@"\n')
     os.chmod(wrapper, stat.S_IRWXU)
     idem = run.Idem({"idem": wrapper}, ctx["workdir"], ctx["upstream_port"], store,
-                    redis=ctx["redis"], workers=1, env=env)
+                    redis=ctx["redis"], workers=1, env=env, store_extra=store_extra)
     return Target(idem.proc, idem.port)
 
 

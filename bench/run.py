@@ -185,7 +185,7 @@ class Redis:
 
 class Idem:
     def __init__(self, bins, workdir, upstream_port, store, redis=None, log_level="warn",
-                 workers=0, postgres=None, env=None):
+                 workers=0, postgres=None, env=None, store_extra=""):
         self.port, self.admin = free_port(), free_port()
         store_yaml = "store:\n  backend: memory\n"
         if store == "redis":
@@ -199,7 +199,7 @@ class Idem:
                 f"listen: 127.0.0.1:{self.port}\n"
                 f"admin:\n  listen: 127.0.0.1:{self.admin}\n"
                 f"upstream:\n  url: http://127.0.0.1:{upstream_port}\n  timeout: 10s\n"
-                f"{store_yaml}"
+                f"{store_yaml}{store_extra}"
                 "routes:\n"
                 "  - name: charge\n"
                 "    methods: [POST]\n"

@@ -5,6 +5,7 @@
 //!   request's `Idempotency-Key` (none: counted under `-`), and answers `201` with a
 //!   small JSON body carrying an execution id unique to this process, so two executions
 //!   of one intent never answer with the same body.
+//!   With `x-bench-body-bytes: N` the answer is padded to about N bytes.
 //! - `GET /count?key=K`: `{"count": n}`, executions seen for key `K` (URL-decoded) —
 //!   the shape `idem loadtest --check-url` expects.
 //! - `GET /stats`: `{"executions": n, "keys": k, "duplicated_keys": d, "max_per_key": m}`
@@ -145,10 +146,22 @@ async fn handle(counts: Arc<Counts>, req: Request<Incoming>) -> Response<Full<By
                 .and_then(|v| v.to_str().ok());
             let execution = counts.execute(key);
             let id = counts.seq.fetch_add(1, Ordering::Relaxed);
-            json(
-                StatusCode::CREATED,
-                format!("{{\"id\":\"ex_{id:x}\",\"execution\":{execution},\"status\":\"ok\"}}"),
-            )
+            let mut body =
+                format!("{{\"id\":\"ex_{id:x}\",\"execution\":{execution},\"status\":\"ok\"}}");
+            // `x-bench-body-bytes: N`: an answer of about N bytes (a `pad` field), for the
+            // cost of capturing, storing, sealing and replaying larger responses.
+            let want = parts
+                .headers
+                .get("x-bench-body-bytes")
+                .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+                .unwrap_or(0);
+            if want > body.len() + 10 {
+                body.pop();
+                body.push_str(",\"pad\":\"");
+                body.push_str(&"a".repeat(want - body.len() - 2));
+                body.push_str("\"}");
+            }
+            json(StatusCode::CREATED, body)
         }
         _ => json(StatusCode::OK, "{\"ok\":true}"),
     }
