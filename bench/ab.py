@@ -11,6 +11,7 @@ Instruction counts (callgrind) are the steadier measure for small changes; this 
 the wall-clock check.
 """
 import argparse
+import base64
 import os
 import statistics
 import sys
@@ -35,6 +36,9 @@ def main():
                     help="idem --workers for build A (0: its default)")
     ap.add_argument("--b-workers", type=int, default=0, help="the same for build B")
     ap.add_argument("--replay-keys", type=int, default=100)
+    ap.add_argument("--b-encrypted", action="store_true",
+                    help="run build B with store.encryption (a fresh key): with --a and --b "
+                         "the same build, the cost of sealing stored responses")
     args = ap.parse_args()
 
     builds = {k: {"idem": os.path.join(d, "idem"),
@@ -44,6 +48,12 @@ def main():
     scenarios = [s for s in run.SCENARIOS if s[0] in wanted and s[2] == "idem"]
     workdir = tempfile.mkdtemp(prefix="idem-ab-")
     ctx = {"bins": builds["A"], "workdir": workdir}
+    sealed = ""
+    if args.b_encrypted:
+        key = os.path.join(workdir, "seal.key")
+        with open(key, "w") as f:
+            f.write(base64.b64encode(os.urandom(32)).decode())
+        sealed = f"  encryption:\n    keys:\n      - {{id: bench, file: {key}}}\n"
     procs = []
     rows = {}
     try:
@@ -61,6 +71,7 @@ def main():
             for name, _label, target, store, script, path in scenarios:
                 for build in order:
                     ctx["bins"] = builds[build]
+                    ctx["store_extra"] = sealed if build == "B" else ""
                     args.idem_workers = args.a_workers if build == "A" else args.b_workers
                     r = run.run_scenario(args, ctx, name, target, store, script, path, rnd)
                     rows.setdefault((name, build), []).append(r)

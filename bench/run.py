@@ -354,7 +354,8 @@ def run_scenario(args, ctx, name, target, store, script, path, rnd):
         if store == "postgres":
             ctx["postgres"].reset()
         idem = Idem(bins, workdir, ctx["upstream_port"], store, redis,
-                    workers=args.idem_workers, postgres=ctx.get("postgres"))
+                    workers=args.idem_workers, postgres=ctx.get("postgres"),
+                    store_extra=ctx.get("store_extra", ""))
         port = idem.port
         proxy_pids = [idem.pid]
     env = {"RUN": run_id}
