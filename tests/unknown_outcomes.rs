@@ -132,14 +132,21 @@ async fn reconcile_found_replays_without_forwarding(backend: Backend) {
     let found = metrics
         .lines()
         .find(|l| l.starts_with("idem_reconciliations_total") && l.contains("result=\"found\""));
-    assert!(found.is_some_and(|l| l.ends_with(" 1")), "{metrics}");
+    // At least one: right at the lease's end PostgreSQL's clock may still give the
+    // attempt a few ms (the takeover is refused, "in progress, retry in 1 s"), and the
+    // repeat after that looks again.
+    let counted = found.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
+    assert!(counted.is_some_and(|n| n >= 1), "{metrics}");
     let lookups: Vec<_> = env
         .upstream
         .received()
         .into_iter()
         .filter(|r| r.path.starts_with("/lookup"))
         .collect();
-    assert_eq!(lookups.len(), 1, "{lookups:?}");
+    assert!(
+        !lookups.is_empty() && lookups.len() as u64 == counted.unwrap_or(0),
+        "{lookups:?}"
+    );
     assert_eq!(lookups[0].method, "GET");
     assert_eq!(lookups[0].path, "/lookup?key=charge:f1");
     assert_eq!(
