@@ -292,3 +292,87 @@ async fn memory_timeout_held_is_refused() {
     assert_eq!((r.status, r.code().as_str()), (409, "outcome_unknown"));
     assert_eq!(env.upstream.executions("charge:t2"), 1);
 }
+
+/// Redis commands idem sent, by command, from `INFO commandstats`.
+fn commands(redis: &support::redis::RedisServer) -> std::collections::BTreeMap<String, u64> {
+    let info = redis.command(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let calls = rest.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// Round trips between two readings: `EVALSHA` scripts plus the plain `SET`s. The
+/// statistics also count the commands a script runs inside it; each fenced script
+/// writes once (one `SET`), so the plain `SET`s are the `SET`s less the scripts.
+fn round_trips(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> (u64, u64) {
+    let d =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let scripts = d("evalsha");
+    let plain_sets = d("set") - scripts;
+    (plain_sets + scripts, scripts)
+}
+
+/// What settling an unknown outcome costs on Redis, counted from the server's own
+/// command statistics: a retry takes one fenced write more than a fresh intent (its
+/// reservation finds the attempt; the takeover; the completion); a reconciliation that
+/// finds the outcome is one lookup upstream and one fenced write, and forwards nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_costs_one_fenced_write_on_redis() {
+    let env = Env::new(Backend::redis()).await;
+    let redis = env.backend.redis_server();
+    let retry = yaml(&env, "10s", "");
+    let b = killed_mid_call(&env, &retry, "m1").await;
+    // Wait for the lease to end without repeating (a repeat would settle it).
+    let key_url = b.admin_url("/v1/keys/charge/charge:m1");
+    eventually(Duration::from_secs(6), "the lease ended", async || {
+        send("GET", &key_url, &[], "").await.json()["outcome_unknown"] == true
+    })
+    .await;
+    let before = commands(redis);
+    let started = std::time::Instant::now();
+    let r = post(&b.url("/invoices/m1/charge"), &[], "{}").await;
+    let retried_in = started.elapsed();
+    assert_eq!(r.status, 201);
+    let retried = round_trips(&before, &commands(redis));
+    // The reservation (SET NX GET: the attempt is there), the takeover and the completion.
+    assert_eq!(retried, (3, 2), "(round trips, fenced scripts)");
+
+    let fresh_before = commands(redis);
+    let r = post(&b.url("/invoices/m-fresh/charge"), &[], "{}").await;
+    assert_eq!(r.status, 201);
+    let fresh = round_trips(&fresh_before, &commands(redis));
+    assert_eq!(fresh, (2, 1), "(round trips, fenced scripts)");
+
+    let reconcile = yaml(&env, "10s", RECONCILE);
+    let c = killed_mid_call(&env, &reconcile, "m2").await;
+    let key_url = c.admin_url("/v1/keys/charge/charge:m2");
+    eventually(Duration::from_secs(6), "the lease ended", async || {
+        send("GET", &key_url, &[], "").await.json()["outcome_unknown"] == true
+    })
+    .await;
+    let before = commands(redis);
+    let lookups_before = env.upstream.received().len();
+    let started = std::time::Instant::now();
+    let r = post(&c.url("/invoices/m2/charge"), &[], "{}").await;
+    let reconciled_in = started.elapsed();
+    assert!(r.replayed(), "{} {}", r.status, r.text());
+    let reconciled = round_trips(&before, &commands(redis));
+    assert_eq!(reconciled, (2, 1), "(round trips, fenced scripts)");
+    assert_eq!(
+        env.upstream.received().len() - lookups_before,
+        1,
+        "one lookup, nothing forwarded"
+    );
+    println!(
+        "MEASURED settling on Redis, (round trips, fenced scripts): a fresh intent {fresh:?}; a retry \
+         of an unknown outcome {retried:?} ({retried_in:?} with the upstream call); a reconciliation \
+         that found it {reconciled:?} + 1 upstream lookup, nothing forwarded ({reconciled_in:?})"
+    );
+}
