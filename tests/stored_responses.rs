@@ -302,3 +302,21 @@ fn a_new_key_from_the_cli_is_accepted_and_never_echoed() {
         "{text}"
     );
 }
+
+/// Sealing is the proxy's, before any store: a sealed outcome replays on every backend,
+/// Cluster and Sentinel included, and a replica without the key answers 409.
+async fn sealed_replay_on_this_backend(backend: Backend) {
+    let env = Env::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_key(dir.path(), "k", 5);
+    let p = IdemProcess::spawn(&config(&env, &[("k", &key)], "")).await;
+    let first = charge(&p, "e1").await;
+    assert_eq!(first.status, 201);
+    let replay = charge(&p, "e1").await;
+    assert!(replay.replayed(), "{} {}", replay.status, replay.text());
+    assert_eq!(replay.body, first.body);
+    assert_eq!(replay.header("set-cookie"), None);
+    assert_eq!(env.upstream.executions("charge:e1"), 1);
+}
+
+store_cases!([memory, redis_cluster, redis_sentinel][sealed_replay_on_this_backend]);
