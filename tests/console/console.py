@@ -59,7 +59,14 @@ def review(page):
         page.keyboard.press("Tab")
     assert active(page) == "review", active(page)
     page.keyboard.press("Enter")
-    expect(page.locator("#step-confirm")).to_be_visible()
+    try:
+        expect(page.locator("#step-confirm")).to_be_visible()
+    except AssertionError:
+        print("DEBUG error:", page.locator("#dialog-error").inner_text(), "active:", active(page),
+              "open:", page.evaluate("() => document.getElementById('resolve-dialog').open"),
+              "choose hidden:", page.evaluate("() => document.getElementById('step-choose').hidden"),
+              file=sys.stderr)
+        raise
     assert active(page) == "confirm-text", active(page)
     return page.locator("#confirm-text").inner_text()
 
