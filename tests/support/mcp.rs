@@ -24,15 +24,7 @@ fn repo() -> PathBuf {
 }
 
 fn peers_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target"));
-    let target = if target.is_absolute() {
-        target
-    } else {
-        repo().join(target)
-    };
-    target.join("mcp-peers")
+    super::peers_dir("mcp-peers")
 }
 
 fn python() -> PathBuf {

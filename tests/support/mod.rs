@@ -17,3 +17,18 @@ pub mod redis_sentinel;
 pub mod store;
 pub mod tls;
 pub mod upstream;
+
+/// `target/<name>` (or under `CARGO_TARGET_DIR`): where the tests install their real
+/// peers (the MCP SDKs, Playwright) once, outside the sources.
+pub fn peers_dir(name: &str) -> std::path::PathBuf {
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo.join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        repo.join(target)
+    };
+    target.join(name)
+}
