@@ -204,6 +204,17 @@ async fn a_sealed_value_copied_under_another_key_does_not_open(backend: Backend)
     );
 }
 
+/// Rewrite `p`'s configuration, SIGHUP it, and wait until it runs `generation`.
+async fn reload(p: &IdemProcess, yaml: &str, generation: f64) {
+    p.rewrite_config(yaml);
+    p.signal("HUP");
+    support::poll::eventually(std::time::Duration::from_secs(5), "reloaded", async || {
+        let m = send("GET", &p.admin_url("/metrics"), &[], "").await.text();
+        metric_sum(&m, "idem_config_generation") >= generation
+    })
+    .await;
+}
+
 /// Rotation on a running idem (SIGHUP): add the new key first, then drop the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_start_to_finish() {
@@ -214,13 +225,7 @@ async fn rotation_start_to_finish() {
     let p = IdemProcess::spawn(&config(&env, &[("old", &old)], "")).await;
     let before = charge(&p, "r-old").await;
     // The new key is added first: old records still replay; new ones are sealed with it.
-    p.rewrite_config(&config(&env, &[("new", &new), ("old", &old)], ""));
-    p.signal("HUP");
-    support::poll::eventually(std::time::Duration::from_secs(5), "reloaded", async || {
-        let m = send("GET", &p.admin_url("/metrics"), &[], "").await.text();
-        metric_sum(&m, "idem_config_generation") >= 2.0
-    })
-    .await;
+    reload(&p, &config(&env, &[("new", &new), ("old", &old)], ""), 2.0).await;
     let replay = charge(&p, "r-old").await;
     assert!(replay.replayed());
     assert_eq!(replay.body, before.body);
@@ -230,13 +235,7 @@ async fn rotation_start_to_finish() {
     assert!(raw.contains("\"sealed\":\"new\""), "{raw}");
     // The old key dropped (after `retention` in real life): its records are unreadable,
     // never executed again; the new key's still replay.
-    p.rewrite_config(&config(&env, &[("new", &new)], ""));
-    p.signal("HUP");
-    support::poll::eventually(std::time::Duration::from_secs(5), "reloaded", async || {
-        let m = send("GET", &p.admin_url("/metrics"), &[], "").await.text();
-        metric_sum(&m, "idem_config_generation") >= 3.0
-    })
-    .await;
+    reload(&p, &config(&env, &[("new", &new)], ""), 3.0).await;
     let gone = charge(&p, "r-old").await;
     assert_eq!(
         (gone.status, gone.code().as_str()),
