@@ -42,7 +42,7 @@ impl Scripts {
         };
         Scripts {
             replace_if_owner: script(REPLACE_IF_OWNER),
-            take_over: script(TAKE_OVER),
+            take_over: script(&format!("{LEASE_ENDED}{REPLACE_IF_OWNER}")),
             release_if_owner: script(RELEASE_IF_OWNER),
             delete: script(DELETE),
         }
@@ -64,25 +64,20 @@ end
 return 1
 ";
 
-/// As `REPLACE_IF_OWNER`, and only while the record is an attempt whose lease has ended
-/// by `ARGV[6]` (unix ms): taking over an unknown outcome, or settling it. A renewal
-/// that landed first (the owner came back) moves the lease's end and refuses this.
-/// The lease's end is the metadata's `expires_at_ms`, the first field of its kind
-/// after the fixed 34-byte head.
-const TAKE_OVER: &str = r#"
-local current = redis.call('GET', KEYS[1])
-if not current or string.sub(current, 2, 33) ~= ARGV[1] or string.sub(current, 1, 1) ~= 'P' then
+/// Put before `REPLACE_IF_OWNER` for the takeover: only while the record is an attempt
+/// whose lease has ended by `ARGV[6]` (unix ms) — taking over an unknown outcome, or
+/// settling it. A renewal that landed first (the owner came back) moves the lease's end
+/// and refuses this. The lease's end is the metadata's `expires_at_ms`, the first field
+/// of its kind after the fixed 34-byte head.
+const LEASE_ENDED: &str = r#"
+local record = redis.call('GET', KEYS[1])
+if not record or string.sub(record, 1, 1) ~= 'P' then
   return 0
 end
-local lease_end = tonumber(string.match(current, '"expires_at_ms":(%d+)', 35))
+local lease_end = tonumber(string.match(record, '"expires_at_ms":(%d+)', 35))
 if not lease_end or lease_end > tonumber(ARGV[6]) then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[4] ~= '' then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
-end
-return 1
 "#;
 
 /// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` channel; `ARGV[3]`
