@@ -19,6 +19,17 @@
 const LEASE_UNTIL_8: &str = "lease_until = CASE WHEN $3 = 'in_progress' \
      THEN now() + $8::int8 * interval '1 millisecond' END";
 
+/// `update` (and `condition`) with watchers notified once the change is committed.
+fn notifying(update: &str, condition: &str) -> String {
+    format!(
+        "WITH changed AS (
+{update}{condition}
+RETURNING key
+)
+SELECT pg_notify($9, encode(key, 'hex')) FROM changed"
+    )
+}
+
 /// Rows deleted per purge statement: short transactions, short row locks.
 pub(super) const PURGE_BATCH: i64 = 500;
 
@@ -44,6 +55,12 @@ impl Sql {
     /// statements as it is.
     pub(super) fn new(table: &str) -> Sql {
         let t = table;
+        // The owner-fenced write every later statement shares.
+        let update = format!(
+            "UPDATE {t} SET state = $3, token = $4, attempt = $5,
+  expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
+WHERE key = $1 AND token = $2 AND expires_at > now()"
+        );
         Sql {
             // The advisory lock serialises creation across idem processes starting
             // together: concurrent `CREATE TABLE IF NOT EXISTS` can fail on the catalog's
@@ -94,36 +111,18 @@ SELECT NULL::bytea FROM taken
 UNION ALL
 SELECT record FROM live"
             ),
-            replace: format!(
-                "UPDATE {t} SET state = $3, token = $4, attempt = $5,
-  expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
-WHERE key = $1 AND token = $2 AND expires_at > now()"
-            ),
+            replace: update.clone(),
             // NOTIFY is transactional: watchers hear of the change once it is committed.
-            replace_notify: format!(
-                "WITH changed AS (
-  UPDATE {t} SET state = $3, token = $4, attempt = $5,
-    expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
-  WHERE key = $1 AND token = $2 AND expires_at > now()
-  RETURNING key
-)
-SELECT pg_notify($9, encode(key, 'hex')) FROM changed"
-            ),
+            replace_notify: notifying(&update, ""),
             // As `replace_notify`, only on an attempt whose lease has ended by the
             // database's clock: taking over an unknown outcome, or settling it. A
             // renewal that committed first moved `lease_until` and refuses this. Rows
             // of versions before `lease_until` (NULL) keep their lease in `expires_at`,
             // so they are never taken over here: they expire, and a reservation takes
             // them over as it always did.
-            take_over: format!(
-                "WITH changed AS (
-  UPDATE {t} SET state = $3, token = $4, attempt = $5,
-    expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
-  WHERE key = $1 AND token = $2 AND expires_at > now()
-    AND state = 'in_progress' AND lease_until <= now()
-  RETURNING key
-)
-SELECT pg_notify($9, encode(key, 'hex')) FROM changed"
+            take_over: notifying(
+                &update,
+                " AND state = 'in_progress' AND lease_until <= now()",
             ),
             release: format!(
                 "WITH gone AS (
