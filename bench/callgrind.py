@@ -40,6 +40,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import callgrind_breakdown as breakdown  # noqa: E402
 import callgrind_targets as targets  # noqa: E402
 import run  # noqa: E402  (the orchestrator's process helpers)
 from otlp_sink import OtlpSink  # noqa: E402
@@ -149,6 +150,12 @@ def main():
                     help="comma-separated: off, or a sampling ratio (1, 0.01)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     ap.add_argument("--no-nginx", action="store_true", help="measure idem only")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after the table, each process's instructions per request by "
+                         "component (crate) and its largest functions")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the callgrind output files (their directory is printed), "
+                         "for callgrind_annotate")
     ap.add_argument("--peer-bin", help="a peer idempotency proxy's binary (see \"peer\" above)")
     ap.add_argument("--peer-arg", action="append", default=[], metavar="ARG",
                     help="an argument for the peer (repeatable)")
@@ -191,6 +198,7 @@ def main():
         print("|---|---|---:|---:|---:|---:|")
         nginx = {}  # (path, keying) -> instructions per request: one run per request shape
         idem = {}
+        tables = []  # (title, tag, total) of each process measured, for --breakdown
         for name in names:
             store, path, keying = SCENARIOS[name]
             for traces in args.traces.split(","):
@@ -207,12 +215,15 @@ def main():
                 exported = ((sink.bytes - middle) - (middle - before)) / n
                 ours = (large - small) / n
                 idem[(name, traces)] = ours
+                tables.append((f"idem {name}, traces {traces}", f"{name}-{traces}", ours))
                 ref = ratio = "—"
                 if not args.no_nginx:
                     if (path, keying) not in nginx:
                         nginx[(path, keying)] = per_request(
                             ctx, lambda out: targets.start_nginx(ctx, out), path, keying, n,
                             f"nginx-{name}")
+                        tables.append((f"nginx, as {name}", f"nginx-{name}",
+                                       nginx[(path, keying)]))
                     ref = f"{nginx[(path, keying)]:,.0f}"
                     ratio = f"{ours / nginx[(path, keying)]:.2f}"
                 print(f"| {name} | {traces} | {ours:,.0f} | {ref} | {ratio} "
@@ -229,13 +240,20 @@ def main():
                 line += f"; idem fresh-redis {ours:,.0f}: {peer / ours:.2f}× fewer than the peer"
             print()
             print(line)
+        if args.breakdown:
+            for title, tag, total in tables:
+                files = [os.path.join(workdir, f"callgrind-{tag}-{side}-{k}.out")
+                         for side, k in (("a", n), ("b", 2 * n))]
+                breakdown.print_table(title, *breakdown.per_request(*files, n), total)
         ok = True
     finally:
         sink.stop()
         up.stop()
         redis.proc.stop()
-        if ok:
+        if ok and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+        elif ok:
+            print(f"callgrind files kept in {workdir}", file=sys.stderr)
         else:
             print(f"logs kept in {workdir}", file=sys.stderr)
 

@@ -316,8 +316,8 @@ async fn smuggling_attempts_reach_the_upstream_as_parsed() {
 async fn truncated_bodies_execute_nothing() {
     let upstream = MockUpstream::start().await;
     let idem = start(&upstream, "").await;
-    // Declared 100 bytes, sent 10, then silence: 400 when the read times out (2 s).
-    let started = Instant::now();
+    // Declared 100 bytes, sent 10, then silence: 400 when the read times out (2 s),
+    // before the client's own 5 s limit.
     let got = raw_with(
         idem.addr,
         b"POST /invoices/trunc/charge HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"a\":12345",
@@ -326,7 +326,6 @@ async fn truncated_bodies_execute_nothing() {
     .await;
     assert_eq!(got.status, Some(400), "{got:?}");
     assert_eq!(got.code().as_deref(), Some("request_body_invalid"));
-    assert!(started.elapsed() < Duration::from_secs(4));
     // Same, but the client goes away mid-body.
     {
         let mut s = TcpStream::connect(idem.addr).await.unwrap();

@@ -87,6 +87,30 @@ pub struct UpstreamFailureLabels {
     pub reason: UpstreamFailure,
 }
 
+/// What woke a waiting duplicate (`idem_duplicate_wakeups_total`): the store's change
+/// notification, or the safety re-check at the end of its nap. Timer wake-ups that
+/// outnumber notifications mean the store's notifications do not arrive (a Redis ACL
+/// without `+subscribe`, a proxy that drops pub/sub, PostgreSQL `LISTEN` refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WokenBy {
+    Notification,
+    Timer,
+}
+
+impl EncodeLabelValue for WokenBy {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            WokenBy::Notification => "notification",
+            WokenBy::Timer => "timer",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct WakeupLabels {
+    pub by: WokenBy,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct RouteLabel {
     pub route: String,
@@ -116,6 +140,8 @@ pub struct Metrics {
     pub unreadable_records: Family<RouteLabel, Counter>,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
+    /// Waiting duplicates woken, by what woke them (rare path: a family lookup).
+    pub duplicate_wakeups: Family<WakeupLabels, Counter>,
     pub unknown: UnknownMetrics,
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
@@ -147,6 +173,7 @@ impl Metrics {
         let config_generation = Gauge::default();
         let unreadable_records = Family::<RouteLabel, Counter>::default();
         let connections = Family::<WorkerLabels, Gauge>::default();
+        let duplicate_wakeups = Family::<WakeupLabels, Counter>::default();
 
         // The series whose label values are known, at 0 before anything happened.
         for reason in UpstreamFailure::ALL {
@@ -154,6 +181,9 @@ impl Metrics {
         }
         for op in StoreOp::ALL {
             let _ = store_duration.get_or_create(&StoreLabels { op });
+        }
+        for by in [WokenBy::Notification, WokenBy::Timer] {
+            let _ = duplicate_wakeups.get_or_create(&WakeupLabels { by });
         }
 
         let mut registry = Registry::with_prefix("idem");
@@ -208,6 +238,11 @@ impl Metrics {
             unreadable_records.clone(),
         );
         registry.register(
+            "duplicate_wakeups",
+            "Waiting duplicates woken, by the store's change notification or by the safety re-check at the end of a nap",
+            duplicate_wakeups.clone(),
+        );
+        registry.register(
             "config_generation",
             "Generation of the loaded configuration (1 at start, +1 per reload)",
             config_generation.clone(),
@@ -226,6 +261,7 @@ impl Metrics {
             config_generation,
             unreadable_records,
             connections,
+            duplicate_wakeups,
             store_ops: Default::default(),
             registry: std::sync::Arc::new(registry),
         }
@@ -262,6 +298,12 @@ impl Metrics {
             route: route.to_owned(),
         };
         self.unreadable_records.get_or_create(&labels).inc();
+    }
+
+    pub fn woken(&self, by: WokenBy) {
+        self.duplicate_wakeups
+            .get_or_create(&WakeupLabels { by })
+            .inc();
     }
 
     pub fn upstream_failure(&self, reason: UpstreamFailure) {

@@ -8,13 +8,11 @@ use tokio::time::{sleep, timeout};
 
 use super::support::redis::RedisServer;
 use super::support::store::{
-    assert_within, completed, in_progress, key, redis_config, subscribed, wait_subscribed,
-    OP_TIMEOUT,
+    assert_ended, completed, in_progress, key, redis_config, subscribed, wait_subscribed,
+    HANG, OP_TIMEOUT,
 };
 use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION, WAKE_BOUND};
 
-/// A failing operation must answer within `op_timeout` plus this.
-const MARGIN: Duration = Duration::from_millis(200);
 const RECOVERY: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +58,7 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
         .unwrap();
 
     server.stop();
-    assert_failing_fast(&store, key(4), OP_TIMEOUT + MARGIN).await;
+    assert_failing_fast(&store, key(4)).await;
     server.start_again();
     let took = wait_recovered(&store, RECOVERY).await;
     eprintln!("recovered {took:?} after restart");
@@ -73,7 +71,6 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
     wait_subscribed(&b, RECOVERY).await;
     let mut watch = other.watch(&key(1));
     let done = completed(&mine, RETENTION);
-    let start = Instant::now();
     assert!(store
         .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
         .await
@@ -81,7 +78,6 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
     timeout(WAKE_BOUND, watch.changed())
         .await
         .expect("woken after resubscribe");
-    assert_within("wake-up after restart", start.elapsed(), WAKE_BOUND);
     assert_eq!(other.get(&key(1)).await.unwrap(), Some(done));
 }
 
@@ -93,14 +89,10 @@ async fn starts_while_redis_is_down_and_connects_later() {
     let redis = RedisStore::connect(&redis_config(&server.url()))
         .await
         .expect("starts anyway");
-    assert_within(
-        "connect with redis down",
-        start.elapsed(),
-        OP_TIMEOUT + MARGIN,
-    );
+    assert_ended("connect with redis down", start.elapsed());
     assert!(!redis.is_subscribed());
     let store = Store::Redis(redis.clone());
-    assert_failing_fast(&store, key(4), OP_TIMEOUT + MARGIN).await;
+    assert_failing_fast(&store, key(4)).await;
 
     server.start_again();
     // No traffic meanwhile: the store reconnects in the background, so the very first
@@ -124,11 +116,7 @@ async fn paused_redis_times_out_then_recovers() {
             matches!(e, StoreError::Timeout(t) if t == OP_TIMEOUT),
             "{e:?}"
         );
-        assert_within(
-            "timeout on paused redis",
-            start.elapsed(),
-            OP_TIMEOUT + MARGIN,
-        );
+        assert_ended("timeout on paused redis", start.elapsed());
     }
     server.resume();
     wait_recovered(&store, RECOVERY).await;
@@ -157,7 +145,7 @@ async fn wait_replicas_without_enough_replicas_is_a_store_error() {
     );
     let took = start.elapsed();
     assert!(
-        took >= OP_TIMEOUT && took <= 3 * OP_TIMEOUT + MARGIN,
+        took >= OP_TIMEOUT && took < HANG,
         "{took:?}"
     );
     assert_eq!(store.get(&key(1)).await.unwrap(), None, "released");

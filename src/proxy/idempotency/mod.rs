@@ -22,6 +22,7 @@ use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
+use crate::metrics::WokenBy;
 use crate::path::Captures;
 use crate::store::record::now_ms;
 use crate::store::seal::Keyring;
@@ -273,10 +274,13 @@ impl<'a> Flow<'a> {
                     let Some(watch) = watch.as_mut() else {
                         continue;
                     };
-                    tokio::select! {
-                        _ = watch.changed() => {}
-                        _ = tokio::time::sleep_until((now + nap).min(deadline).into()) => {}
-                    }
+                    let woken_by = tokio::select! {
+                        _ = watch.changed() => WokenBy::Notification,
+                        _ = tokio::time::sleep_until((now + nap).min(deadline).into()) => {
+                            WokenBy::Timer
+                        }
+                    };
+                    self.cx.worker.metrics.woken(woken_by);
                 }
             }
         }
