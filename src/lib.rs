@@ -48,6 +48,7 @@ pub mod signal;
 pub mod store;
 pub mod telemetry;
 pub mod template;
+pub mod time_bound;
 pub mod tls;
 pub mod traces;
 pub mod upstream;

@@ -9,7 +9,6 @@ use std::borrow::Cow;
 use http::{HeaderMap, HeaderName, Method};
 use percent_encoding::percent_decode_str;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::body::BodyView;
 use crate::canonical;
@@ -323,7 +322,10 @@ fn has_float(value: &Value) -> bool {
 fn body_hash(body: &BodyView) -> Result<String, RenderError> {
     body.json().ok_or(RenderError::BodyNotJson)?;
     let (_, bytes) = body.identity_bytes();
-    Ok(hex::encode(Sha256::digest(bytes)))
+    Ok(hex::encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        bytes,
+    )))
 }
 
 /// First occurrence of `name` in an `application/x-www-form-urlencoded` query: names and

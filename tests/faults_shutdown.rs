@@ -129,7 +129,8 @@ async fn draining_stops_accepting_and_reports_unready() {
     );
     // The idle keep-alive connection is closed now, not kept until idem exits after the
     // in-flight call: an order of events, not a clock (the call runs 3 s).
-    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     match idle.read(&mut buf) {
         Ok(0) => {}
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}

@@ -81,7 +81,9 @@ async fn a_waiter_on_another_replica_is_woken_by_the_completion(backend: Backend
     let (first, second) = tokio::join!(first, waiter);
     assert_eq!(first.status, 201);
     assert!(second.replayed());
-    let metrics = send("GET", &admin_url(&b, "/metrics"), &[], "").await.text();
+    let metrics = send("GET", &admin_url(&b, "/metrics"), &[], "")
+        .await
+        .text();
     let woken = r#"idem_duplicate_wakeups_total{by="notification"}"#;
     assert!(metric_sum(&metrics, woken) >= 1.0, "{metrics}");
 }

@@ -305,7 +305,9 @@ async fn waiters_do_not_starve_the_writer(backend: Backend) {
     let done = completed(&mine, RETENTION);
     let k = key(1);
     let completion = store.replace_if_owner(&k, &mine.token, &done, RETENTION, true);
-    let stored = timeout(HANG, completion).await.expect("completion under 200 waiters");
+    let stored = timeout(HANG, completion)
+        .await
+        .expect("completion under 200 waiters");
     assert!(stored.unwrap());
     for w in waiters {
         timeout(Duration::from_secs(5), w)

@@ -11,7 +11,6 @@ use std::sync::LazyLock;
 
 use base64::Engine;
 use http::{header, HeaderValue, StatusCode};
-use sha2::{Digest, Sha256};
 
 use super::reply::{text, AdminResponse};
 
@@ -58,10 +57,10 @@ fn inline<'a>(page: &'a str, tag: &str) -> &'a str {
 }
 
 fn hash(source: &str) -> String {
-    let digest = Sha256::digest(source.as_bytes());
+    let digest = ring::digest::digest(&ring::digest::SHA256, source.as_bytes());
     format!(
         "sha256-{}",
-        base64::engine::general_purpose::STANDARD.encode(digest)
+        base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
     )
 }
 

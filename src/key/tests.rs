@@ -4,6 +4,7 @@ use crate::path::Captures;
 use crate::route::tests::policy;
 use crate::template::{FieldPath, Template};
 use bytes::Bytes;
+use sha2::{Digest, Sha256};
 
 fn body(text: &str) -> BodyView {
     BodyView::new(Bytes::copy_from_slice(text.as_bytes()))

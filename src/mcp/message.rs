@@ -7,7 +7,6 @@
 
 use http::{HeaderMap, HeaderName, Method};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::McpRoute;
 use crate::body::BodyView;
@@ -133,12 +132,12 @@ pub fn classify(body: &BodyView, headers: &HeaderMap, route: &McpRoute) -> Messa
 fn args_hash(tool: &str, arguments: Option<&Value>) -> String {
     let empty = Value::Object(serde_json::Map::new());
     let canonical = canonical::to_vec(arguments.filter(|a| !a.is_null()).unwrap_or(&empty));
-    let mut h = Sha256::new();
-    h.update((tool.len() as u64).to_be_bytes());
+    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+    h.update(&(tool.len() as u64).to_be_bytes());
     h.update(tool.as_bytes());
-    h.update((canonical.len() as u64).to_be_bytes());
+    h.update(&(canonical.len() as u64).to_be_bytes());
     h.update(&canonical);
-    hex::encode(h.finalize())
+    hex::encode(h.finish())
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::upstream::UpstreamClient;
 pub struct Reloadable {
     pub routes: RouteTable,
     /// Request counters per route name, built with the route table.
-    pub counters: HashMap<String, Arc<RouteCounters>>,
+    pub counters: HashMap<String, Arc<RouteCounters>, foldhash::fast::RandomState>,
     pub default: DefaultAction,
     pub on_store_error: OnStoreError,
     /// `store.encryption`: stored responses are sealed with it (picked up on SIGHUP).

@@ -104,7 +104,7 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(problem::body_too_large(limit));
     }
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+    match crate::time_bound::bounded(timeout, Limited::new(body, limit).collect()).await {
         Err(_) => Err(problem::body_invalid("it was not received in time")),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {

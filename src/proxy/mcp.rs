@@ -105,7 +105,8 @@ async fn amended(
     if body.size_hint().exact().is_some_and(|n| n > limit as u64) {
         return Response::from_parts(parts, stream(body));
     }
-    let read = tokio::time::timeout(worker.upstream.timeout, Limited::new(body, limit).collect());
+    let read =
+        crate::time_bound::bounded(worker.upstream.timeout, Limited::new(body, limit).collect());
     let bytes = match read.await {
         Ok(Ok(collected)) => collected.to_bytes(),
         _ => return problem::upstream_unavailable().into_response(),

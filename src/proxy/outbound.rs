@@ -22,9 +22,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use http_body::{Frame, SizeHint};
+use http_body_util::Full;
 use tokio::sync::{mpsc, oneshot};
 
 use super::body::{BoxError, ChannelBody, ProxyBody};
+use crate::time_bound::bounded;
 
 /// Frames queued towards the caller before the detached call waits for it to read.
 const CHANNEL_FRAMES: usize = 8;
@@ -116,7 +118,7 @@ impl Outbound {
 
     async fn send(&mut self, frame: Frame<Bytes>) {
         let Some(tx) = &self.tx else { return };
-        match tokio::time::timeout(self.send_timeout, tx.send(Ok(frame))).await {
+        match bounded(self.send_timeout, tx.send(Ok(frame))).await {
             Ok(Ok(())) => {}
             // The caller is gone or stopped reading: carry on recording without it.
             _ => self.tx = None,
@@ -127,6 +129,9 @@ impl Outbound {
     /// response — the head if nothing went out yet, the held frames, then the close of
     /// the stream.
     pub async fn finish(&mut self) {
+        if self.answer_whole() {
+            return;
+        }
         self.send_head();
         for frame in [self.last.take(), self.trailers.take()]
             .into_iter()
@@ -140,6 +145,24 @@ impl Outbound {
         }
     }
 
+    /// Nothing went out yet and nothing follows but the held data frame (the usual
+    /// small `Content-Length` answer, or an empty body): the caller gets the whole
+    /// response at once, with no frame channel (its allocation, a send and a wake-up).
+    fn answer_whole(&mut self) -> bool {
+        let whole = self.tx.is_none() && self.trailers.is_none();
+        if !(whole && self.head.is_some() && self.reply.is_some()) {
+            return false;
+        }
+        let (Some((head, _)), Some(reply)) = (self.head.take(), self.reply.take()) else {
+            return false;
+        };
+        let data = self.last.take().and_then(|frame| frame.into_data().ok());
+        let body = ProxyBody::Full(Full::new(data.unwrap_or_default()));
+        let (parts, ()) = head.into_parts();
+        let _ = reply.send(Response::from_parts(parts, body));
+        true
+    }
+
     /// The exchange failed: answer with `problem` if the head has not gone out yet,
     /// otherwise abort the caller's body so it cannot mistake it for a complete one.
     pub async fn fail(&mut self, problem: Response<ProxyBody>, reason: String) {
@@ -147,7 +170,7 @@ impl Outbound {
             let _ = reply.send(problem);
         } else if let Some(tx) = self.tx.take() {
             // Must arrive: a body that merely ends would look complete to the caller.
-            let _ = tokio::time::timeout(self.send_timeout, tx.send(Err(reason.into()))).await;
+            let _ = bounded(self.send_timeout, tx.send(Err(reason.into()))).await;
         }
     }
 }

@@ -14,12 +14,11 @@
 //! Waiters hold nothing but a channel receiver — never a store connection — so a burst
 //! of duplicates cannot starve the winner of the connection it needs to complete.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use crate::key::StoreKey;
+use crate::key::{KeyMap, StoreKey};
 
 /// Independent maps in the registry; keys are SHA-256 digests, so their first byte
 /// spreads them evenly.
@@ -31,7 +30,7 @@ type Shards = Arc<[Shard; SHARDS]>;
 /// on another core (128: adjacent-line prefetch pairs 64-byte lines on x86).
 #[derive(Default)]
 #[repr(align(128))]
-struct Shard(Mutex<HashMap<StoreKey, Slot>>);
+struct Shard(Mutex<KeyMap<Slot>>);
 
 /// Registry of keys with at least one live [`Watch`]. Cheap to clone (shared).
 #[derive(Clone, Default)]
@@ -103,7 +102,7 @@ impl Watchers {
 }
 
 /// The map that holds `key`.
-fn shard<'a>(shards: &'a Shards, key: &StoreKey) -> MutexGuard<'a, HashMap<StoreKey, Slot>> {
+fn shard<'a>(shards: &'a Shards, key: &StoreKey) -> MutexGuard<'a, KeyMap<Slot>> {
     lock(&shards[usize::from(key.0[0]) % SHARDS].0)
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use sha2::{Digest, Sha256};
 
 fn parts(text: &str) -> Vec<Part> {
     Template::parse(text).unwrap().parts().to_vec()

@@ -42,7 +42,7 @@ impl ResponseBody {
     /// exchange (a stalled or broken body is a reason the outcome is unknown).
     pub async fn next_frame(&mut self, timeout: Duration) -> Result<Option<Frame<Bytes>>, String> {
         use http_body_util::BodyExt;
-        match tokio::time::timeout(timeout, self.frame()).await {
+        match crate::time_bound::bounded(timeout, self.frame()).await {
             Err(_) => Err(format!("response body stalled for {timeout:?}")),
             Ok(None) => Ok(None),
             Ok(Some(Err(e))) => Err(format!("response body failed: {e}")),

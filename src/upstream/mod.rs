@@ -118,7 +118,7 @@ impl UpstreamClient {
 
     /// Send `request`, waiting at most `timeout` for the head, and classify the result.
     pub async fn send(&self, request: Request<UpstreamBody>, timeout: Duration) -> Sent {
-        match tokio::time::timeout(timeout, self.request(request)).await {
+        match crate::time_bound::bounded(timeout, self.request(request)).await {
             Ok(Ok(response)) => Sent::Answered(response),
             Ok(Err(e)) if e.is_connect() => Sent::NotSent(e),
             Ok(Err(e)) => Sent::Ambiguous(e.to_string()),

@@ -8,8 +8,8 @@ use tokio::time::{sleep, timeout};
 
 use super::support::redis::RedisServer;
 use super::support::store::{
-    assert_ended, completed, in_progress, key, redis_config, subscribed, wait_subscribed,
-    HANG, OP_TIMEOUT,
+    assert_ended, completed, in_progress, key, redis_config, subscribed, wait_subscribed, HANG,
+    OP_TIMEOUT,
 };
 use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION, WAKE_BOUND};
 
@@ -144,10 +144,7 @@ async fn wait_replicas_without_enough_replicas_is_a_store_error() {
         "{e:?}"
     );
     let took = start.elapsed();
-    assert!(
-        took >= OP_TIMEOUT && took < HANG,
-        "{took:?}"
-    );
+    assert!(took >= OP_TIMEOUT && took < HANG, "{took:?}");
     assert_eq!(store.get(&key(1)).await.unwrap(), None, "released");
 }
 

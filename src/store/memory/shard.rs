@@ -1,10 +1,10 @@
 //! One shard of the memory store: a map plus two deadline indexes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use tokio::time::Instant;
 
-use crate::key::StoreKey;
+use crate::key::{KeyMap, StoreKey};
 use crate::store::Record;
 
 /// A stored record and the monotonic instant it stops being visible.
@@ -19,7 +19,7 @@ pub(super) struct Entry {
 /// "what has expired" and "which completed record expires soonest" are the first items.
 #[derive(Default)]
 pub(super) struct Shard {
-    entries: HashMap<StoreKey, Entry>,
+    entries: KeyMap<Entry>,
     /// Every entry, for purging expired ones.
     by_deadline: BTreeSet<(Instant, StoreKey)>,
     /// Completed entries only: the eviction candidates. In-progress records are never

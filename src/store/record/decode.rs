@@ -27,8 +27,19 @@ use http::{HeaderName, HeaderValue};
 
 /// Parses bytes written by [`encode`](super::encode::encode). Anything else is
 /// [`StoreError::Corrupt`], never a panic: the bytes come from a shared store that
-/// other software can write to.
+/// other software can write to. The stored body is copied out of `bytes`.
 pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
+    decode_parts(bytes, Bytes::copy_from_slice)
+}
+
+/// [`decode`] of a reply the caller owns: the stored body is a view into `bytes`, not a
+/// copy (a replayed 1 MiB response is not copied once more on its way out).
+pub fn decode_owned(bytes: Bytes) -> Result<Record, StoreError> {
+    decode_parts(&bytes, |body| bytes.slice_ref(body))
+}
+
+/// The decoder; `body_of` turns the body's bytes (a subslice of `bytes`) into `Bytes`.
+fn decode_parts(bytes: &[u8], body_of: impl Fn(&[u8]) -> Bytes) -> Result<Record, StoreError> {
     let state = match bytes.first() {
         Some(b'P') => RecordState::InProgress,
         Some(b'C') => RecordState::Completed,
@@ -49,7 +60,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
     let sealed = match (state, meta.sealed.as_deref()) {
         (RecordState::Completed, Some(key_id)) => Some(Box::new(Sealed {
             key_id: key_id.to_owned(),
-            bytes: Bytes::copy_from_slice(body),
+            bytes: body_of(body),
         })),
         _ => None,
     };
@@ -64,7 +75,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
                 .iter()
                 .map(|(n, v)| header(n, v))
                 .collect::<Result<_, _>>()?,
-            body: meta.body_stored.then(|| Bytes::copy_from_slice(body)),
+            body: meta.body_stored.then(|| body_of(body)),
         }),
     };
     Ok(Record {

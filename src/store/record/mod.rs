@@ -17,7 +17,7 @@ mod decode;
 mod encode;
 mod meta_line;
 
-pub use decode::decode;
+pub use decode::{decode, decode_owned};
 pub use encode::{encode, encode_into, encoded_size_hint};
 
 /// A 128-bit random fencing token, unique per reservation (and per attempt).

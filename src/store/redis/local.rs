@@ -17,13 +17,12 @@
 //! Only reservations are coalesced; completions, renewals and releases always go to
 //! Redis and keep the map in step. A key without duplicates costs two map operations.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::key::StoreKey;
+use crate::key::{KeyMap, StoreKey};
 use crate::store::record::now_ms;
 use crate::store::{Record, StoreError, Token};
 
@@ -61,7 +60,7 @@ pub(crate) struct Local {
 #[derive(Default)]
 #[repr(align(128))]
 struct Shard {
-    map: Mutex<HashMap<StoreKey, Entry>>,
+    map: Mutex<KeyMap<Entry>>,
     next_id: std::sync::atomic::AtomicU64,
     last_sweep: Mutex<Option<Instant>>,
 }

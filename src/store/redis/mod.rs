@@ -43,11 +43,12 @@ use self::local::Lookup;
 use self::scripts::Scripts;
 pub use self::subscriber::RedisEvents;
 use self::target::Target;
-use super::record::decode;
+use super::record::decode_owned;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
 use crate::config::{RedisConfig, RedisMode};
 use crate::key::StoreKey;
+use crate::time_bound::bounded;
 
 /// Handle to a Redis store; clones share connections, subscription and watchers.
 #[derive(Clone)]
@@ -220,7 +221,7 @@ impl RedisStore {
             .bounded(&self.wait_conn, cmd.query_async(&mut link))
             .await?;
         if let Some(bytes) = existing {
-            let existing = decode(&bytes)?;
+            let existing = decode_owned(bytes.into())?;
             if existing.token != record.token {
                 return Ok(Reserve::Exists(existing));
             }
@@ -352,7 +353,7 @@ impl RedisStore {
         let mut cmd = redis::cmd("GET");
         cmd.arg(&self.layout.store_key(key)[..]);
         let bytes: Option<Vec<u8>> = self.bounded(&self.conn, cmd.query_async(&mut link)).await?;
-        bytes.map(|b| decode(&b)).transpose()
+        bytes.map(|b| decode_owned(b.into())).transpose()
     }
 
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
@@ -408,7 +409,7 @@ impl RedisStore {
         conn: &Conn,
         op: impl Future<Output = RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        match timeout(self.op_timeout, op).await {
+        match bounded(self.op_timeout, op).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 conn.suspect(&e);
