@@ -37,6 +37,8 @@ SYMBOL_CRATE = re.compile(r"(?:^|[<\s&(,\[*])([a-z_][a-z0-9_]*)::")
 
 
 def component(func):
+    if func.startswith("ring_core_"):
+        return "codecs (sha2, serde_json, base64, itoa, ring)"
     if func.startswith(("mi_", "_mi_")) or "mimalloc" in func:
         return "allocator (mimalloc)"
     if re.search(r"mem(cpy|move|set|cmp)|__memc|bcmp", func):

@@ -153,6 +153,7 @@ impl RoutePolicy {
                 .iter()
                 .map(|h| HeaderName::from_static(h))
                 .collect(),
+            credentials_absent: Default::default(),
             mcp: None,
         }
     }

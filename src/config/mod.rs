@@ -281,6 +281,10 @@ pub struct RoutePolicy {
     pub forward_key_format: KeyFormat,
     /// Lower-case header names whose values bind a record to its caller.
     pub bind_credentials: Vec<HeaderName>,
+    /// The credential hash of a request that carries none of `bind_credentials`,
+    /// computed on first use (a loaded policy never changes): callers without
+    /// credentials, common for a sidecar's local agent, skip a SHA-256 per request.
+    pub credentials_absent: std::sync::OnceLock<[u8; 32]>,
     /// `mcp:` — an MCP endpoint whose `tools/call` for these tools is protected and
     /// whose other messages pass through (SPEC §8). `None` on every other route.
     pub mcp: Option<Arc<crate::mcp::McpRoute>>,

@@ -62,7 +62,7 @@ impl Intent {
                 body,
                 mcp.map(|call| call.args_hash.as_bytes()),
             ),
-            credentials: key::credential_hash(&policy.bind_credentials, &parts.headers),
+            credentials: credentials(policy, &parts.headers),
             key,
             scope,
         }))
@@ -79,6 +79,18 @@ impl Intent {
             policy.lease,
         )
     }
+}
+
+/// The request's credential hash; the route's precomputed one when it carries none of
+/// the bound headers (the same digest: absent headers hash as zero values).
+fn credentials(policy: &RoutePolicy, headers: &http::HeaderMap) -> [u8; 32] {
+    let names = &policy.bind_credentials;
+    if names.iter().any(|name| headers.contains_key(name)) {
+        return key::credential_hash(names, headers);
+    }
+    *policy
+        .credentials_absent
+        .get_or_init(|| key::credential_hash(names, &http::HeaderMap::new()))
 }
 
 /// The problem for a key that could not be derived.
@@ -111,5 +123,27 @@ pub async fn read_body(
             Err(problem::body_too_large(limit))
         }
         Ok(Err(e)) => Err(problem::body_invalid(&e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::tests::policy;
+
+    /// The precomputed hash of a caller without credentials is the digest the full
+    /// computation gives, and a caller with one gets its own.
+    #[test]
+    fn credentials_absent_is_the_computed_digest() {
+        let policy = policy("r", &[http::Method::POST], "/x", &["k"]);
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-other", http::HeaderValue::from_static("1"));
+        let computed = key::credential_hash(&policy.bind_credentials, &headers);
+        assert_eq!(credentials(&policy, &headers), computed);
+        assert_eq!(credentials(&policy, &headers), computed, "from the cache");
+        headers.insert("authorization", http::HeaderValue::from_static("Bearer a"));
+        let with = credentials(&policy, &headers);
+        assert_ne!(with, computed);
+        assert_eq!(with, key::credential_hash(&policy.bind_credentials, &headers));
     }
 }

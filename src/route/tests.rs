@@ -37,6 +37,7 @@ pub(crate) fn policy(name: &str, methods: &[Method], path: &str, keys: &[&str]) 
         forward_key_header: http::header::HeaderName::from_static("idempotency-key"),
         forward_key_format: KeyFormat::Plain,
         bind_credentials: vec![http::header::AUTHORIZATION, http::header::COOKIE],
+        credentials_absent: Default::default(),
         mcp: None,
     }
 }

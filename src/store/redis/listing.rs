@@ -60,10 +60,9 @@ impl RedisStore {
             let mut cursor = 0u64;
             loop {
                 let (next, names) = self.scan(&link, node, cursor).await?;
-                let keys = names
-                    .iter()
-                    .filter_map(|name| Some((self.layout.parse_store_key(name)?, &name[..])));
-                for (key, record) in self.read_in_progress(&link, node, keys.collect()).await? {
+                // Names are parsed only for the few records the script returns: parsing
+                // every scanned name was most of idem's cost per record here.
+                for (key, record) in self.read_in_progress(&link, node, &names).await? {
                     soonest.push(key, record);
                 }
                 if next == 0 {
@@ -95,7 +94,8 @@ impl RedisStore {
             .map_err(|e| StoreError::Unavailable(format!("unexpected SCAN reply: {e}")))
     }
 
-    /// The in-progress records among `keys` (all on the node of `slot`), in one round
+    /// The in-progress records among `names` (all on the node of `slot`; a name that
+    /// is not a record key is skipped), in one round
     /// trip: a read-only script checks each record's state byte on the server and
     /// returns only the in-progress ones, so neither the completed records nor one
     /// command per key ever travel (a command costs idem thousands of instructions).
@@ -103,15 +103,15 @@ impl RedisStore {
         &self,
         link: &Link,
         slot: Option<u16>,
-        keys: Vec<(StoreKey, &[u8])>,
+        names: &[Vec<u8>],
     ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
-        if keys.is_empty() {
+        if names.is_empty() {
             return Ok(Vec::new());
         }
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(IN_PROGRESS).arg(0);
-        for (_, name) in &keys {
-            cmd.arg(*name);
+        for name in names {
+            cmd.arg(&name[..]);
         }
         let reply = self.on_node(link, slot, cmd).await?;
         let found = <Vec<Vec<u8>>>::from_redis_value(reply)
