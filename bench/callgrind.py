@@ -19,6 +19,12 @@ master_process off;`, so that valgrind counts the process that serves), upstream
 keepalive, access log off. The table gives both and the ratio idem/nginx, so "how far
 from nginx" is one command. `--no-nginx` leaves it out.
 
+`--breakdown` adds, for every process measured, its instructions per request by
+component (the crate each function's symbol names: hyper, tokio, http, redis-rs, the
+allocator, idem's own code…) and its largest functions (bench/callgrind_breakdown.py).
+`--syscalls` counts system calls per request instead (`strace -f -c`, same N vs 2N
+method), by name with `--breakdown`. `--keep` keeps the output files.
+
 Scenarios: passthrough (no route matches), fresh intents (memory, Redis), replays
 (Redis). Needs valgrind, redis-server and nginx (installed from Debian when missing, as
 bench/run.sh does) and release binaries (cargo build --release --bins).
@@ -100,8 +106,23 @@ def drive(port, path, keying, n, tag, size=0):
     conn.close()
 
 
+def syscall_counts(out_file):
+    """{syscall: calls} from a `strace -c` summary."""
+    counts = {}
+    with open(out_file) as f:
+        for line in f:
+            cols = line.split()
+            # % time, seconds, usecs/call, calls, [errors,] syscall
+            if len(cols) >= 5 and cols[3].isdigit() and not cols[-1].startswith("total"):
+                counts[cols[-1]] = int(cols[3])
+    return counts
+
+
 def total_instructions(out_file):
-    """Sum of `summary:`/`totals:` over the per-thread dump files."""
+    """Sum of `summary:`/`totals:` over the per-thread dump files (with --syscalls:
+    the system calls `strace -c` counted)."""
+    if targets.COUNTER["tool"] == "strace":
+        return sum(syscall_counts(out_file).values())
     total = 0
     d, base = os.path.split(out_file)
     for name in os.listdir(d):
@@ -140,6 +161,19 @@ def per_request(ctx, start, path, keying, n, tag):
     return (large - small) / n
 
 
+def print_syscalls(title, small_file, large_file, n, total):
+    small, large = syscall_counts(small_file), syscall_counts(large_file)
+    rows = sorted(((large.get(k, 0) - small.get(k, 0)) / n, k) for k in set(small) | set(large))
+    print()
+    print(f"#### {title}: {total:.2f} system calls per request")
+    print()
+    print("| system call | per request |")
+    print("|---|---:|")
+    for per, name in reversed(rows):
+        if per >= 0.01:
+            print(f"| `{name}` | {per:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__ + targets.PEER_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,6 +187,9 @@ def main():
     ap.add_argument("--breakdown", action="store_true",
                     help="after the table, each process's instructions per request by "
                          "component (crate) and its largest functions")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count system calls per request (strace -c) instead of "
+                         "instructions; --breakdown then lists them by name")
     ap.add_argument("--keep", action="store_true",
                     help="keep the callgrind output files (their directory is printed), "
                          "for callgrind_annotate")
@@ -173,6 +210,10 @@ def main():
         targets.check_peer(args.peer_bin)
     elif args.peer_arg or args.peer_env:
         sys.exit("--peer-arg and --peer-env need --peer-bin")
+    if args.syscalls:
+        targets.COUNTER["tool"] = "strace"
+        if not shutil.which("strace"):
+            sys.exit("strace missing: apt-get install strace")
     targets.ensure_tools(need_nginx=not args.no_nginx)
     bins = {b: os.path.join(args.bin_dir, b) for b in ("idem", "idem-bench-upstream")}
     for b in bins.values():
@@ -190,10 +231,15 @@ def main():
     try:
         run.wait_port(ctx["upstream_port"])
         n = args.requests
-        print(f"Instructions per request: ({n} vs {2 * n} sequential keep-alive POSTs) / "
+        what, unit = ("System calls", "syscalls") if args.syscalls else ("Instructions", "instr")
+
+        def fmt(v):
+            return f"{v:.2f}" if args.syscalls else f"{v:,.0f}"
+
+        print(f"{what} per request: ({n} vs {2 * n} sequential keep-alive POSTs) / "
               f"{n}; idem --workers 1, nginx 1 process; {os.path.abspath(args.bin_dir)}")
         print()
-        print("| scenario | traces | idem instr/req | nginx instr/req | idem/nginx "
+        print(f"| scenario | traces | idem {unit}/req | nginx {unit}/req | idem/nginx "
               "| exported B/req |")
         print("|---|---|---:|---:|---:|---:|")
         nginx = {}  # (path, keying) -> instructions per request: one run per request shape
@@ -224,27 +270,30 @@ def main():
                             f"nginx-{name}")
                         tables.append((f"nginx, as {name}", f"nginx-{name}",
                                        nginx[(path, keying)]))
-                    ref = f"{nginx[(path, keying)]:,.0f}"
+                    ref = fmt(nginx[(path, keying)])
                     ratio = f"{ours / nginx[(path, keying)]:.2f}"
-                print(f"| {name} | {traces} | {ours:,.0f} | {ref} | {ratio} "
+                print(f"| {name} | {traces} | {fmt(ours)} | {ref} | {ratio} "
                       f"| {exported:,.0f} |", flush=True)
         if args.peer_bin:
             peer = per_request(ctx, lambda out: targets.start_peer(ctx, args, out),
                                "/charges", "unique", n, "peer")
-            line = f"peer {args.peer_bin}, fresh intents on Redis: {peer:,.0f} instr/req"
+            line = f"peer {args.peer_bin}, fresh intents on Redis: {fmt(peer)} {unit}/req"
             ref = nginx.get(("/charges", "unique"))
             if ref:
                 line += f", {peer / ref:.2f}× nginx"
             ours = idem.get(("fresh-redis", "off"))
             if ours:
-                line += f"; idem fresh-redis {ours:,.0f}: {peer / ours:.2f}× fewer than the peer"
+                line += f"; idem fresh-redis {fmt(ours)}: {peer / ours:.2f}× fewer than the peer"
             print()
             print(line)
         if args.breakdown:
             for title, tag, total in tables:
                 files = [os.path.join(workdir, f"callgrind-{tag}-{side}-{k}.out")
                          for side, k in (("a", n), ("b", 2 * n))]
-                breakdown.print_table(title, *breakdown.per_request(*files, n), total)
+                if args.syscalls:
+                    print_syscalls(title, *files, n, total)
+                else:
+                    breakdown.print_table(title, *breakdown.per_request(*files, n), total)
         ok = True
     finally:
         sink.stop()

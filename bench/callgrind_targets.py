@@ -37,7 +37,7 @@ class Target:
         for _ in range(12):
             if p.poll() is not None:
                 break
-            p.send_signal(self.stop_signal)
+            signal_target(p.pid, self.stop_signal)
             try:
                 p.wait(5)
                 break
@@ -50,6 +50,22 @@ class Target:
         if p.returncode == -signal.SIGKILL:
             raise RuntimeError(f"{self.proc.name} did not exit on {self.stop_signal!r}; "
                                f"see {self.proc.log_path}")
+
+
+def signal_target(pid, sig):
+    """Signal the measured process: under strace it is strace's child (strace, sent a
+    fatal signal, would kill it before it could exit cleanly)."""
+    if COUNTER["tool"] == "strace":
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            children = []
+        for child in children:
+            os.kill(child, sig)
+        if children:
+            return
+    os.kill(pid, sig)
 
 
 def wait_listening(proc, port):
@@ -68,7 +84,14 @@ def wait_listening(proc, port):
              f"(exit status {proc.p.returncode}); its output:\n{tail}")
 
 
+# What counts a process: callgrind (instructions), or `strace -c` (system calls, with
+# bench/callgrind.py --syscalls). Both write their totals to `out_file` on exit.
+COUNTER = {"tool": "callgrind"}
+
+
 def under_callgrind(out_file, argv):
+    if COUNTER["tool"] == "strace":
+        return ["strace", "-f", "-c", "-o", out_file, *argv]
     return ["valgrind", "--tool=callgrind", "--quiet",
             f"--callgrind-out-file={out_file}", *argv]
 

@@ -61,8 +61,7 @@ impl StoreKey {
     /// The 64 lowercase hex characters of `Display`, without allocating.
     pub fn hex(&self) -> [u8; 64] {
         let mut out = [0u8; 64];
-        // 64 bytes of room for 32 bytes of input: cannot fail.
-        let _ = hex::encode_to_slice(self.0, &mut out);
+        crate::fast_hex::encode_into(&self.0, &mut out);
         out
     }
 }
@@ -71,8 +70,7 @@ impl fmt::Display for StoreKey {
     /// Lowercase hex in one write: it goes on every request's log line and span, where
     /// 32 `{:02x}` writes cost ~8k instructions.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut hex = [0u8; 64];
-        hex::encode_to_slice(self.0, &mut hex).map_err(|_| fmt::Error)?;
+        let hex = self.hex();
         f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
     }
 }

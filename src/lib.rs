@@ -36,6 +36,7 @@ pub mod canonical;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod fast_hex;
 pub mod key;
 pub mod loadtest;
 pub mod mcp;

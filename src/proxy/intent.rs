@@ -144,6 +144,9 @@ mod tests {
         headers.insert("authorization", http::HeaderValue::from_static("Bearer a"));
         let with = credentials(&policy, &headers);
         assert_ne!(with, computed);
-        assert_eq!(with, key::credential_hash(&policy.bind_credentials, &headers));
+        assert_eq!(
+            with,
+            key::credential_hash(&policy.bind_credentials, &headers)
+        );
     }
 }

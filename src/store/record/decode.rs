@@ -127,9 +127,7 @@ fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), StoreErr
 }
 
 fn digest(hex: &str) -> Result<[u8; 32], StoreError> {
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(hex, &mut out).map_err(|_| corrupt("bad digest"))?;
-    Ok(out)
+    crate::fast_hex::decode(hex.as_bytes()).ok_or_else(|| corrupt("bad digest"))
 }
 
 #[cfg(test)]

@@ -123,7 +123,7 @@ fn string(out: &mut impl Write, s: &str) {
 fn hex32(out: &mut impl Write, digest: &[u8; 32]) {
     let mut buf = [b'"'; 66];
     // 64 bytes of room for 32 bytes of input: cannot fail.
-    let _ = hex::encode_to_slice(digest, &mut buf[1..65]);
+    crate::fast_hex::encode_into(digest, &mut buf[1..65]);
     let _ = out.write_all(&buf);
 }
 

@@ -132,9 +132,7 @@ impl Token {
         if hex.len() != 32 || hex.iter().any(u8::is_ascii_uppercase) {
             return None;
         }
-        let mut out = [0u8; 16];
-        hex::decode_to_slice(hex, &mut out).ok()?;
-        Some(Token(out))
+        crate::fast_hex::decode(hex).map(Token)
     }
 }
 
@@ -142,8 +140,7 @@ impl Token {
     /// The 32 lowercase hex characters of `Display`, without allocating.
     pub fn hex(&self) -> [u8; 32] {
         let mut out = [0u8; 32];
-        // 32 bytes of room for 16 bytes of input: cannot fail.
-        let _ = hex::encode_to_slice(self.0, &mut out);
+        crate::fast_hex::encode_into(&self.0, &mut out);
         out
     }
 }

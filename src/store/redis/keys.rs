@@ -80,12 +80,10 @@ impl Layout {
             }
             false => hex,
         };
-        let mut key = [0u8; 32];
-        if hex.len() != 64 || hex.iter().any(u8::is_ascii_uppercase) {
+        if hex.iter().any(u8::is_ascii_uppercase) {
             return None;
         }
-        hex::decode_to_slice(hex, &mut key).ok()?;
-        Some(StoreKey(key))
+        crate::fast_hex::decode(hex).map(StoreKey)
     }
 
     /// The channel that wakes watchers of `key`.

@@ -257,16 +257,15 @@ pub(super) fn dispatch(watchers: &Watchers, local: &Local, payload: &[u8]) {
         Some(hex) => (hex, true),
         None => (payload, false),
     };
-    let mut key = [0u8; 32];
-    match hex::decode_to_slice(hex, &mut key) {
-        Ok(()) => {
+    match crate::fast_hex::decode(hex) {
+        Some(key) => {
             let key = StoreKey(key);
             if deleted {
                 local.forget(&key);
             }
             watchers.notify(&key);
         }
-        Err(_) => tracing::debug!("ignoring malformed redis event"),
+        None => tracing::debug!("ignoring malformed redis event"),
     }
 }
 
