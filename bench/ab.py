@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import callgrind_targets  # noqa: E402
 import run  # noqa: E402
 
 
@@ -40,6 +41,8 @@ def main():
                     help="run build B with store.encryption (a fresh key): with --a and --b "
                          "the same build, the cost of sealing stored responses")
     args = ap.parse_args()
+    callgrind_targets.ensure_tools(
+        need_nginx=False, packages={"wrk": "wrk", "redis-server": "redis-server"})
 
     builds = {k: {"idem": os.path.join(d, "idem"),
                   "upstream": os.path.join(d, "idem-bench-upstream")}

@@ -211,9 +211,10 @@ def start_peer(ctx, args, out_file):
     return Target(proc, port, path=args.peer_path)
 
 
-def ensure_tools(need_nginx):
-    """Install what is missing from Debian, as bench/run.sh does."""
-    packages = {"valgrind": "valgrind", "redis-server": "redis-server"}
+def ensure_tools(need_nginx, packages=None):
+    """Install what is missing from Debian, as bench/run.sh does; `packages` (tool:
+    package) replaces the default valgrind and redis-server."""
+    packages = dict(packages or {"valgrind": "valgrind", "redis-server": "redis-server"})
     if need_nginx:
         packages["nginx"] = "nginx-light"
     missing = [p for tool, p in packages.items() if not shutil.which(tool)]
