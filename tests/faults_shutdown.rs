@@ -167,22 +167,19 @@ async fn call_past_the_grace_keeps_its_lease() {
     let inflight = in_flight(&env, &a, "late", "5000").await;
     let signalled = Instant::now();
     a.signal("TERM");
-    let (status, exited) = exit_of(a, Duration::from_secs(5)).await;
+    let (status, exited) = exit_of(a, Duration::from_secs(10)).await;
     let drain = exited - signalled;
     assert!(status.success(), "{status:?}");
     assert!(
         drain >= Duration::from_millis(450),
         "left before the grace: {drain:?}"
     );
-    // The call would run 5 s: the grace (500 ms, plus process exit) was enforced.
-    assert!(
-        drain < Duration::from_millis(3000),
-        "grace not enforced: {drain:?}"
-    );
+    // The call runs 5 s: had idem waited for it past the grace, the caller would have
+    // its 201. An outcome, not a clock, shows the grace was enforced.
     let caller = inflight.await.unwrap();
     assert!(
         caller.is_err(),
-        "the caller's exchange was cut, not completed: {caller:?}"
+        "grace not enforced: the caller's exchange completed: {caller:?}"
     );
 
     let b = IdemProcess::spawn(&yaml(&env, "5s", "1500ms")).await;
@@ -238,6 +235,7 @@ async fn idle_drain_is_immediate() {
     let (status, exited) = exit_of(a, Duration::from_secs(12)).await;
     assert!(status.success());
     let drain = exited - signalled;
-    assert!(drain < Duration::from_secs(2), "idle drain took {drain:?}");
+    // Not a speed bound: idle connections held to the grace would take 10 s.
+    assert!(drain < Duration::from_secs(5), "idle drain took {drain:?}");
     println!("MEASURED idle drain: {drain:?}");
 }
