@@ -26,6 +26,8 @@
 //!   listener, and the CLI that talks to it.
 //! - [`app`]: putting it together (start, reload, shutdown); [`cli`], [`signal`],
 //!   [`telemetry`], [`traces`], [`metrics`], [`tls`]: the process around it.
+//! - [`time_bound`] (a time bound whose timer starts only when a step waits) and
+//!   [`fast_hex`] (hex of keys, tokens and digests): two small helpers of the hot path.
 //! - [`demo`], [`loadtest`]: `idem demo` and `idem loadtest`.
 
 pub mod admin;
