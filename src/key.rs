@@ -242,8 +242,7 @@ pub fn upstream_key(key: &str, attempt: u32) -> String {
 /// Keys are validated printable ASCII before they get here. Should a control or non-ASCII
 /// character slip through anyway, it is percent-encoded rather than panicking.
 pub fn forward_key_value(key: &str, format: KeyFormat) -> HeaderValue {
-    let printable = key.bytes().all(|b| (0x20..0x7f).contains(&b));
-    if format == KeyFormat::Plain && printable {
+    if format == KeyFormat::Plain && key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         // The usual case, in one copy: nothing to encode or quote.
         if let Ok(value) = HeaderValue::from_str(key) {
             return value;

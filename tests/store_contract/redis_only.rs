@@ -11,7 +11,7 @@ use super::support::store::{
     assert_ended, completed, in_progress, key, redis_config, subscribed, wait_subscribed, HANG,
     OP_TIMEOUT,
 };
-use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION, WAKE_BOUND};
+use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION};
 
 const RECOVERY: Duration = Duration::from_secs(5);
 
@@ -75,7 +75,7 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
         .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
         .await
         .unwrap());
-    timeout(WAKE_BOUND, watch.changed())
+    timeout(HANG, watch.changed())
         .await
         .expect("woken after resubscribe");
     assert_eq!(other.get(&key(1)).await.unwrap(), Some(done));
@@ -305,7 +305,7 @@ async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
             .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
             .await
             .unwrap());
-        timeout(WAKE_BOUND, watch.changed()).await.expect("woken");
+        timeout(HANG, watch.changed()).await.expect("woken");
         assert!(b.delete(&key(1)).await.unwrap());
     }
     let url = format!("redis://idem:wrong@127.0.0.1:{}/0", server.port());

@@ -174,27 +174,19 @@ mod tests {
         assert!(!answer.data(&body));
         let (exchanged, stored) = answer.finish().unwrap();
         assert_eq!(exchanged, Exchanged::Answered(200));
-        let names: Vec<String> = stored
-            .unwrap()
-            .headers
-            .iter()
-            .map(|(n, _)| n.to_string())
-            .collect();
-        assert_eq!(names, ["x-kept", "content-type"]);
+        let names = |stored: Option<StoredResponse>| -> Vec<String> {
+            let headers = stored.unwrap().headers;
+            headers.iter().map(|(n, _)| n.to_string()).collect()
+        };
+        assert_eq!(names(stored), ["x-kept", "content-type"]);
         policy.store_headers.include = Some(vec![HeaderName::from_static("x-trace-note")]);
         let policy = Arc::new(policy);
         let mut answer = McpAnswer::new(&call, &policy);
         answer.head(&parts, http_body::SizeHint::default());
         answer.data(&body);
         let (_, stored) = answer.finish().unwrap();
-        let names: Vec<String> = stored
-            .unwrap()
-            .headers
-            .iter()
-            .map(|(n, _)| n.to_string())
-            .collect();
         assert_eq!(
-            names,
+            names(stored),
             ["content-type"],
             "excluded wins over included; the type is set"
         );

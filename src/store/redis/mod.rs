@@ -48,7 +48,6 @@ use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
 use crate::config::{RedisConfig, RedisMode};
 use crate::key::StoreKey;
-use crate::time_bound::bounded;
 
 /// Handle to a Redis store; clones share connections, subscription and watchers.
 #[derive(Clone)]
@@ -409,7 +408,7 @@ impl RedisStore {
         conn: &Conn,
         op: impl Future<Output = RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        match bounded(self.op_timeout, op).await {
+        match crate::time_bound::bounded(self.op_timeout, op).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 conn.suspect(&e);
