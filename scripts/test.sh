@@ -49,4 +49,4 @@ if ! command -v promtool >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
-cargo test --all-targets --locked "$@"
+cargo test --workspace --all-targets --locked "$@"

@@ -12,9 +12,10 @@ const EX_USAGE: u8 = 64;
 
 /// mimalloc instead of glibc's malloc: a proxied request allocates and frees many small
 /// buffers across threads, where glibc spent ~12 % of idem's CPU on fresh intents
-/// (perf; docs/benchmarks.md).
+/// (perf; docs/benchmarks.md). Through `idem_alloc`, which keeps ordinary alignments
+/// off mimalloc's aligned path.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: idem_alloc::Allocator = idem_alloc::Allocator;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
