@@ -110,13 +110,26 @@ pub fn encoded_size_hint(record: &Record) -> usize {
 /// A JSON string: copied between quotes when nothing in it needs escaping (quote,
 /// backslash, control characters), else escaped by `serde_json`.
 fn string(out: &mut impl Write, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        let _ = out.write_all(b"\"");
-        let _ = out.write_all(s.as_bytes());
-        let _ = out.write_all(b"\"");
+    if !needs_escaping(s.as_bytes()) {
+        quoted(out, s.as_bytes());
     } else {
         let _ = serde_json::to_writer(&mut *out, s);
     }
+}
+
+/// Whether a JSON string of these bytes needs escapes. A fold without an early exit, so
+/// the compiler checks 16 or 32 bytes at a time: the strings are short and almost never
+/// need any.
+fn needs_escaping(bytes: &[u8]) -> bool {
+    bytes.iter().fold(false, |seen, &b| {
+        seen | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
+fn quoted(out: &mut impl Write, bytes: &[u8]) {
+    let _ = out.write_all(b"\"");
+    let _ = out.write_all(bytes);
+    let _ = out.write_all(b"\"");
 }
 
 /// A 32-byte digest as a quoted lowercase hex string (never needs escaping).
@@ -131,7 +144,10 @@ fn hex32(out: &mut impl Write, digest: &[u8; 32]) {
 /// point, so values that are not UTF-8 survive the JSON round trip. ASCII (the usual
 /// case) is written in place.
 fn latin1(out: &mut impl Write, bytes: &[u8]) {
-    if bytes.is_ascii() {
+    if bytes.is_ascii() && !needs_escaping(bytes) {
+        // ASCII is UTF-8 already: no second validation.
+        quoted(out, bytes);
+    } else if bytes.is_ascii() {
         string(out, std::str::from_utf8(bytes).unwrap_or_default());
     } else {
         string(
