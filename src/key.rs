@@ -272,30 +272,70 @@ pub fn forward_key_value(key: &str, format: KeyFormat) -> HeaderValue {
 /// SHA-256 fed with length-prefixed fields. ring's, not the `sha2` crate's: the same
 /// digest, from assembly that takes a third fewer instructions where the CPU has no
 /// SHA extensions (and uses them where it has).
-struct Prefixed(Context);
+///
+/// Tags, lengths and short fields are gathered in a small buffer and handed to ring in
+/// one piece: each `Context::update` costs a few hundred instructions of bookkeeping
+/// whatever its length, and a fingerprint is a dozen pieces of a few bytes (2.8k
+/// instructions per fingerprint in `update` alone before, under callgrind). The bytes
+/// hashed, and so the digest, are the same.
+struct Prefixed {
+    context: Context,
+    staged: [u8; STAGE],
+    len: usize,
+}
+
+/// Room for the fixed parts and the short fields (method, path, a key's parts).
+const STAGE: usize = 256;
 
 impl Prefixed {
     fn new() -> Self {
-        Prefixed(Context::new(&SHA256))
+        Prefixed {
+            context: Context::new(&SHA256),
+            staged: [0; STAGE],
+            len: 0,
+        }
     }
 
     fn field(&mut self, bytes: &[u8]) {
         self.count(bytes.len());
-        self.0.update(bytes);
+        self.put(bytes);
     }
 
     fn count(&mut self, n: usize) {
-        self.0.update(&(n as u64).to_be_bytes());
+        self.put(&(n as u64).to_be_bytes());
     }
 
     /// A one-byte marker naming the part that follows.
     fn tag(&mut self, tag: u8) {
-        self.0.update(&[tag]);
+        self.put(&[tag]);
     }
 
-    fn finish(self) -> [u8; 32] {
+    fn put(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() <= STAGE {
+            self.staged[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        self.flush();
+        if bytes.len() <= STAGE {
+            self.staged[..bytes.len()].copy_from_slice(bytes);
+            self.len = bytes.len();
+        } else {
+            self.context.update(bytes);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.len > 0 {
+            self.context.update(&self.staged[..self.len]);
+            self.len = 0;
+        }
+    }
+
+    fn finish(mut self) -> [u8; 32] {
+        self.flush();
         let mut out = [0u8; 32];
-        out.copy_from_slice(self.0.finish().as_ref());
+        out.copy_from_slice(self.context.finish().as_ref());
         out
     }
 }

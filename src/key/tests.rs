@@ -85,6 +85,36 @@ fn store_key_prints_as_hex() {
 
 // --- render_key ---
 
+/// The staging buffer in `Prefixed` changes how the bytes reach SHA-256, never which
+/// bytes: fields of every size around the buffer's edges give sha2's digest of the same
+/// length-prefixed stream.
+#[test]
+fn staged_hashing_matches_one_stream() {
+    let sizes = [0, 1, 7, 8, 100, 239, 240, 247, 248, 255, 256, 257, 300, 1000, 5000];
+    for &first in &sizes {
+        for &second in &sizes {
+            let a: Vec<u8> = (0..first).map(|i| i as u8).collect();
+            let b: Vec<u8> = (0..second).map(|i| (i * 7) as u8).collect();
+            let mut h = super::Prefixed::new();
+            h.tag(b'x');
+            h.field(&a);
+            h.count(3);
+            h.field(&b);
+            h.tag(b'y');
+            let mut oracle = Sha256::new();
+            oracle.update([b'x']);
+            oracle.update((a.len() as u64).to_be_bytes());
+            oracle.update(&a);
+            oracle.update(3u64.to_be_bytes());
+            oracle.update((b.len() as u64).to_be_bytes());
+            oracle.update(&b);
+            oracle.update([b'y']);
+            let expected: [u8; 32] = oracle.finalize().into();
+            assert_eq!(h.finish(), expected, "fields of {first} and {second} bytes");
+        }
+    }
+}
+
 #[test]
 fn first_resolving_alternative_wins() {
     let keys = [
