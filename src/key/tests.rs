@@ -90,7 +90,9 @@ fn store_key_prints_as_hex() {
 /// length-prefixed stream.
 #[test]
 fn staged_hashing_matches_one_stream() {
-    let sizes = [0, 1, 7, 8, 100, 239, 240, 247, 248, 255, 256, 257, 300, 1000, 5000];
+    let sizes = [
+        0, 1, 7, 8, 100, 239, 240, 247, 248, 255, 256, 257, 300, 1000, 5000,
+    ];
     for &first in &sizes {
         for &second in &sizes {
             let a: Vec<u8> = (0..first).map(|i| i as u8).collect();
