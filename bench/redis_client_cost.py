@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Instructions one Redis command costs the client: redis-rs's multiplexer (what idem's
-store uses) against one socket driven by the caller with redis-rs's own packing and
-parser (what a connection-per-worker client would cost).
+store uses, with and without `ConnectionManager`'s reconnecting wrapper) against one
+socket driven by the caller with redis-rs's own packing and parser (what a
+connection-per-worker client would cost).
 
     python3 bench/redis_client_cost.py [--commands 5000]
 
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
 from callgrind import total_instructions  # noqa: E402
 
-MODES = ("multiplexed", "direct")
+MODES = ("multiplexed", "multiplexed-plain", "direct")
 
 
 def instructions(binary, url, mode, n, workdir):

@@ -4,6 +4,8 @@
 //! - `multiplexed`: redis-rs's `ConnectionManager`, as idem's store uses it — the command
 //!   goes through the multiplexer's channel to its driver task, which writes it, reads
 //!   and parses the reply, and completes the caller's oneshot;
+//! - `multiplexed-plain`: the same multiplexed connection without the manager's
+//!   reconnecting wrapper (what the wrapper itself costs);
 //! - `direct`: one socket driven by the caller's own task, with redis-rs's own pieces
 //!   (`Cmd::write_packed_command` and the `ValueCodec` reply parser): no channel, no
 //!   second task — what a connection-per-worker client would cost.
@@ -45,6 +47,20 @@ async fn multiplexed(url: &str, n: usize) -> redis::RedisResult<()> {
     // outside, so no response timer inside the multiplexer.
     let config = ConnectionManagerConfig::new().set_response_timeout(None);
     let mut conn = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
+    let value = vec![b'x'; VALUE_BYTES];
+    for i in 0..n {
+        let reply: Value = command(i, &value).query_async(&mut conn).await?;
+        expect_ok(&reply)?;
+    }
+    Ok(())
+}
+
+async fn multiplexed_plain(url: &str, n: usize) -> redis::RedisResult<()> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let client = redis::Client::open(url)?;
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     let value = vec![b'x'; VALUE_BYTES];
     for i in 0..n {
         let reply: Value = command(i, &value).query_async(&mut conn).await?;
@@ -99,7 +115,9 @@ fn main() -> ExitCode {
         args.get(2),
         args.get(3).map(|n| n.parse::<usize>()),
     ) else {
-        eprintln!("usage: redis_client_cost <redis-url> multiplexed|direct <commands>");
+        eprintln!(
+            "usage: redis_client_cost <redis-url> multiplexed|multiplexed-plain|direct <commands>"
+        );
         return ExitCode::from(64);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -116,6 +134,7 @@ fn main() -> ExitCode {
         match mode.as_str() {
             "multiplexed" => multiplexed(url, n).await,
             "direct" => direct(url, n).await,
+            "multiplexed-plain" => multiplexed_plain(url, n).await,
             _ => Err((redis::ErrorKind::InvalidClientConfig, "unknown mode").into()),
         }
     });
