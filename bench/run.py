@@ -4,7 +4,7 @@
 Starts, on loopback and free ports: a private redis-server, a private PostgreSQL (for
 the *_postgres scenarios, bench/postgres.py), the bench upstream (idem-bench-upstream),
 idem (a fresh process per scenario), and nginx for the plain-proxy reference; drives
-them with wrk; and writes bench/results/<date>.md (+ .json).
+them with wrk; and writes bench/results/<date>.md (+ .json; a later run on the same day adds -2, -3…).
 
 Every scenario runs `--rounds` times, interleaved (round 1 of every scenario, then
 round 2, ...), so slow drift on a shared machine hits all scenarios alike; each row
@@ -881,6 +881,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     stamp = started.strftime("%Y-%m-%d")
     suffix = "" if not only else "-partial"
+    # A second run on the same day gets its own files (-2, -3…) instead of replacing
+    # the first's, which the docs may already cite.
+    base, n = suffix, 1
+    while os.path.exists(os.path.join(args.out, f"{stamp}{suffix}.md")):
+        n += 1
+        suffix = f"{base}-{n}"
     data = {"machine": info, "results": results, "extras": extras, "args": vars(args)}
     with open(os.path.join(args.out, f"{stamp}{suffix}.json"), "w") as f:
         json.dump(data, f, indent=1, default=str)
