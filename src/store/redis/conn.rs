@@ -159,8 +159,9 @@ impl Conn {
             return Ok(());
         }
         let link = self.fresh(Some(&addr)).map_err(|e| e.to_string())?;
+        // `announced`: moved on the sentinels' `+switch-master`, not at a health tick.
         tracing::info!(host = %addr.0, port = addr.1, previous = ?known.map(|k| k.1),
-            "following the redis master named by the sentinels");
+            announced = announced.is_some(), "following the redis master named by the sentinels");
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (link, Some(addr));
         Ok(())
     }
