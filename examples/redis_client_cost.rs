@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 
 use bytes::BytesMut;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Value, ValueCodec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -46,21 +46,21 @@ async fn multiplexed(url: &str, n: usize) -> redis::RedisResult<()> {
     // As idem's store configures it (src/store/redis/conn.rs): operations are bounded
     // outside, so no response timer inside the multiplexer.
     let config = ConnectionManagerConfig::new().set_response_timeout(None);
-    let mut conn = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
-    let value = vec![b'x'; VALUE_BYTES];
-    for i in 0..n {
-        let reply: Value = command(i, &value).query_async(&mut conn).await?;
-        expect_ok(&reply)?;
-    }
-    Ok(())
+    let conn = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
+    send_all(conn, n).await
 }
 
 async fn multiplexed_plain(url: &str, n: usize) -> redis::RedisResult<()> {
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
     let client = redis::Client::open(url)?;
-    let mut conn = client
+    let conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
+    send_all(conn, n).await
+}
+
+/// The `n` commands, one at a time, through one of redis-rs's connections.
+async fn send_all(mut conn: impl ConnectionLike, n: usize) -> redis::RedisResult<()> {
     let value = vec![b'x'; VALUE_BYTES];
     for i in 0..n {
         let reply: Value = command(i, &value).query_async(&mut conn).await?;
