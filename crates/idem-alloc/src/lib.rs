@@ -30,29 +30,34 @@ fn plain(align: usize, size: usize) -> bool {
     align <= MIN_ALIGN && align <= size
 }
 
+/// A new block for `layout` from the plain or the aligned entry point of one family
+/// (`mi_malloc`/`mi_malloc_aligned`, or the zeroing `mi_zalloc`/`mi_zalloc_aligned`).
+#[inline]
+fn new_block(
+    layout: Layout,
+    plain_entry: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned_entry: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: C allocation calls, valid for any size and power-of-two alignment (which
+    // `Layout` guarantees).
+    unsafe {
+        if plain(layout.align(), layout.size()) {
+            plain_entry(layout.size()) as *mut u8
+        } else {
+            aligned_entry(layout.size(), layout.align()) as *mut u8
+        }
+    }
+}
+
 unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: plain C allocation calls; any size and power-of-two alignment is valid.
-        unsafe {
-            if plain(layout.align(), layout.size()) {
-                ffi::mi_malloc(layout.size()) as *mut u8
-            } else {
-                ffi::mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
-        }
+        new_block(layout, ffi::mi_malloc, ffi::mi_malloc_aligned)
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as `alloc`.
-        unsafe {
-            if plain(layout.align(), layout.size()) {
-                ffi::mi_zalloc(layout.size()) as *mut u8
-            } else {
-                ffi::mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
-        }
+        new_block(layout, ffi::mi_zalloc, ffi::mi_zalloc_aligned)
     }
 
     #[inline]
