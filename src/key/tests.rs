@@ -83,8 +83,6 @@ fn store_key_prints_as_hex() {
     assert_eq!(k.0, <[u8; 32]>::from(h.finalize()));
 }
 
-// --- render_key ---
-
 /// The staging buffer in `Prefixed` changes how the bytes reach SHA-256, never which
 /// bytes: fields of every size around the buffer's edges give sha2's digest of the same
 /// length-prefixed stream.
@@ -116,6 +114,8 @@ fn staged_hashing_matches_one_stream() {
         }
     }
 }
+
+// --- render_key ---
 
 #[test]
 fn first_resolving_alternative_wins() {
