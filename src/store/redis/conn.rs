@@ -156,6 +156,11 @@ impl Conn {
             .1
             .clone();
         if known.as_ref() == Some(&addr) {
+            if announced.is_some() {
+                // A health tick got there first (it asks the sentinels every second).
+                tracing::info!(host = %addr.0, port = addr.1,
+                    "the announced redis master is the one already followed");
+            }
             return Ok(());
         }
         let link = self.fresh(Some(&addr)).map_err(|e| e.to_string())?;
