@@ -22,6 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
+import callgrind_targets as targets  # noqa: E402
 from callgrind import total_instructions  # noqa: E402
 
 MODES = ("multiplexed", "multiplexed-plain", "direct")
@@ -29,10 +30,7 @@ MODES = ("multiplexed", "multiplexed-plain", "direct")
 
 def instructions(binary, url, mode, n, workdir):
     out = os.path.join(workdir, f"callgrind-{mode}-{n}.out")
-    subprocess.run(
-        ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={out}",
-         binary, url, mode, str(n)],
-        check=True)
+    subprocess.run(targets.under_callgrind(out, [binary, url, mode, str(n)]), check=True)
     return total_instructions(out)
 
 

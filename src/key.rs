@@ -49,12 +49,22 @@ impl From<RenderError> for KeyError {
 
 impl StoreKey {
     pub fn new(route: &str, scope: &str, key: &str) -> StoreKey {
-        let mut h = Prefixed::new();
-        h.field(route.as_bytes());
-        h.field(scope.as_bytes());
-        h.field(key.as_bytes());
-        StoreKey(h.finish())
+        StoreKey(hash_fields(&[
+            route.as_bytes(),
+            scope.as_bytes(),
+            key.as_bytes(),
+        ]))
     }
+}
+
+/// SHA-256 over `fields`, each preceded by its length (u64 big-endian), so no two
+/// different lists of fields hash the same bytes.
+pub fn hash_fields(fields: &[&[u8]]) -> [u8; 32] {
+    let mut h = Prefixed::new();
+    for field in fields {
+        h.field(field);
+    }
+    h.finish()
 }
 
 impl StoreKey {

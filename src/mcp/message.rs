@@ -132,12 +132,7 @@ pub fn classify(body: &BodyView, headers: &HeaderMap, route: &McpRoute) -> Messa
 fn args_hash(tool: &str, arguments: Option<&Value>) -> String {
     let empty = Value::Object(serde_json::Map::new());
     let canonical = canonical::to_vec(arguments.filter(|a| !a.is_null()).unwrap_or(&empty));
-    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
-    h.update(&(tool.len() as u64).to_be_bytes());
-    h.update(tool.as_bytes());
-    h.update(&(canonical.len() as u64).to_be_bytes());
-    h.update(&canonical);
-    hex::encode(h.finish())
+    hex::encode(crate::key::hash_fields(&[tool.as_bytes(), &canonical]))
 }
 
 #[cfg(test)]

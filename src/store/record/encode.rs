@@ -144,16 +144,14 @@ fn hex32(out: &mut impl Write, digest: &[u8; 32]) {
 /// point, so values that are not UTF-8 survive the JSON round trip. ASCII (the usual
 /// case) is written in place.
 fn latin1(out: &mut impl Write, bytes: &[u8]) {
-    if bytes.is_ascii() && !needs_escaping(bytes) {
-        // ASCII is UTF-8 already: no second validation.
-        quoted(out, bytes);
-    } else if bytes.is_ascii() {
+    if !bytes.is_ascii() {
+        let text: String = bytes.iter().map(|&b| char::from(b)).collect();
+        string(out, &text);
+    } else if needs_escaping(bytes) {
         string(out, std::str::from_utf8(bytes).unwrap_or_default());
     } else {
-        string(
-            out,
-            &bytes.iter().map(|&b| char::from(b)).collect::<String>(),
-        );
+        // ASCII is UTF-8 already: no second validation.
+        quoted(out, bytes);
     }
 }
 
