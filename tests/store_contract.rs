@@ -13,7 +13,7 @@ use idem::key::StoreKey;
 use idem::store::{Reserve, Store, StoreError, Token};
 use tokio::time::{sleep, timeout};
 
-use support::store::{assert_ended, completed, in_progress, key, Backend, HANG};
+use support::store::{assert_ended, completed, in_progress, key, unclocked, Backend, HANG};
 
 const LEASE: Duration = Duration::from_secs(30);
 const RETENTION: Duration = Duration::from_secs(3600);
@@ -46,10 +46,13 @@ async fn loser_gets_the_existing_record(backend: Backend) {
         .await
         .unwrap()
     {
-        Reserve::Exists(existing) => assert_eq!(existing, first),
+        Reserve::Exists(existing, _) => assert_eq!(unclocked(&existing), unclocked(&first)),
         Reserve::Won => panic!("second reserve of the same key won"),
     }
-    assert_eq!(store.get(&key(1)).await.unwrap(), Some(first));
+    assert_eq!(
+        store.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&first))
+    );
     assert_eq!(store.get(&key(2)).await.unwrap(), None);
     store.ping().await.unwrap();
 }
@@ -69,7 +72,7 @@ async fn exactly_one_winner_among_50_concurrent_reserves(backend: Backend) {
                 start.wait().await;
                 match store.reserve(&key(7), &mine, LEASE).await.unwrap() {
                     Reserve::Won => (true, mine.token),
-                    Reserve::Exists(theirs) => (false, theirs.token),
+                    Reserve::Exists(theirs, _) => (false, theirs.token),
                 }
             })
         })
@@ -96,12 +99,18 @@ async fn owner_completes_and_wrong_token_is_refused(backend: Backend) {
         .replace_if_owner(&key(1), &stranger, &done, RETENTION, true)
         .await
         .unwrap());
-    assert_eq!(store.get(&key(1)).await.unwrap(), Some(mine.clone()));
+    assert_eq!(
+        store.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&mine))
+    );
     assert!(store
         .replace_if_owner(&key(1), &mine.token, &done, RETENTION, true)
         .await
         .unwrap());
-    assert_eq!(store.get(&key(1)).await.unwrap(), Some(done));
+    assert_eq!(
+        store.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&done))
+    );
     // Absent key: nobody owns it.
     assert!(!store
         .replace_if_owner(&key(2), &mine.token, &mine, LEASE, false)
@@ -130,7 +139,10 @@ async fn stale_owner_cannot_overwrite_or_release_its_successor(backend: Backend)
         .await
         .unwrap());
     assert!(!store.release_if_owner(&key(1), &slow.token).await.unwrap());
-    assert_eq!(store.get(&key(1)).await.unwrap(), Some(successor));
+    assert_eq!(
+        store.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&successor))
+    );
 }
 
 async fn release_is_fenced_and_frees_the_key(backend: Backend) {
@@ -217,7 +229,15 @@ async fn completion_wakes_a_waiter_on_another_instance(backend: Backend) {
         .expect("woken")
         .unwrap();
     eprintln!("woken {:?} after completion", woken_at - completed_at);
-    assert_eq!(duplicate.get(&key(1)).await.unwrap(), Some(done));
+    assert_eq!(
+        duplicate
+            .get(&key(1))
+            .await
+            .unwrap()
+            .as_ref()
+            .map(unclocked),
+        Some(unclocked(&done))
+    );
 }
 
 async fn release_and_delete_wake_waiters(backend: Backend) {
@@ -268,7 +288,8 @@ async fn concurrent_takeovers_of_a_stored_failure_have_one_winner(backend: Backe
     }
     assert_eq!(winners.len(), 1, "exactly one takeover");
     let stored = stores[1].get(&key(1)).await.unwrap().expect("record");
-    assert_eq!((stored.attempt, Some(stored)), (2, winners.pop()));
+    let winner = winners.pop().map(|w| unclocked(&w));
+    assert_eq!((stored.attempt, Some(unclocked(&stored))), (2, winner));
 }
 
 /// The appendix's "waiters starve the writer" bug: 200 waiting duplicates must leave
@@ -318,13 +339,16 @@ async fn binary_records_round_trip(backend: Backend) {
         .replace_if_owner(&key(9), &mine.token, &done, RETENTION, true)
         .await
         .unwrap();
-    assert_eq!(store.get(&key(9)).await.unwrap(), Some(done.clone()));
+    assert_eq!(
+        store.get(&key(9)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&done))
+    );
     match store
         .reserve(&key(9), &in_progress(LEASE), LEASE)
         .await
         .unwrap()
     {
-        Reserve::Exists(existing) => assert_eq!(existing, done),
+        Reserve::Exists(existing, _) => assert_eq!(unclocked(&existing), unclocked(&done)),
         Reserve::Won => panic!("completed key reserved again"),
     }
 }

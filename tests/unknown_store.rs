@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use idem::key::StoreKey;
 use idem::store::{Record, Reserve, Store, StoredResponse};
 
-use support::store::Backend;
+use support::store::{unclocked, Backend};
 
 const RETENTION: Duration = Duration::from_secs(3600);
 const LONG_LEASE: Duration = Duration::from_secs(30);
@@ -103,15 +103,18 @@ async fn lists_unknown_and_in_flight_never_completed(backend: Backend) {
         ["unknown", "flying"],
         "lease ended first, first"
     );
-    assert_eq!(listed[0], (unknown_key, unknown.clone()));
-    assert_eq!(listed[1], (flying_key, flying));
-    let now = idem::store::record::now_ms();
+    assert_eq!(listed[0].0, unknown_key);
+    assert_eq!(listed[1].0, flying_key);
+    assert_eq!(unclocked(&listed[0].1), unclocked(&unknown));
+    assert_eq!(unclocked(&listed[1].1), unclocked(&flying));
+    // Judged on the store's clock.
+    let now = store.clock_ms().await.unwrap();
     assert!(listed[0].1.lease_ended(now) && !listed[1].1.lease_ended(now));
 
     // Settled as not executed it is still in progress (the next repeat forwards it).
     let marked = unknown.not_executed();
     assert!(store
-        .take_over(&unknown_key, &unknown.token, &marked, RETENTION, now)
+        .take_over(&unknown_key, &unknown.token, &marked, RETENTION)
         .await
         .unwrap());
     let listed = store.list_in_progress(100).await.unwrap();

@@ -40,16 +40,16 @@ pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminRespon
     let stores = &admin.stores;
     match *req.method() {
         Method::POST if resolving => resolve::resolve(admin, &at, req).await,
-        Method::GET => match any_store(stores, |s| s.get(&at.store_key)).await {
-            Ok((Some(mut record), _)) => {
+        Method::GET => match any_store(stores, |s| read_at(s, &at.store_key)).await {
+            Ok(((Some(mut record), now), _)) => {
                 // A sealed response is shown opened when a listed key opens it, else
                 // as `sealed` (the key's id, never its material).
                 if let Some(keyring) = admin.control.keyring() {
                     let _ = keyring.open(&mut record, &at.store_key);
                 }
-                json_response(StatusCode::OK, &describe(&record, with_body))
+                json_response(StatusCode::OK, &describe(&record, with_body, now))
             }
-            Ok((None, _)) => error(StatusCode::NOT_FOUND, "no such key"),
+            Ok(((None, _), _)) => error(StatusCode::NOT_FOUND, "no such key"),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
         },
         Method::DELETE => match any_store(stores, |s| s.delete(&at.store_key)).await {
@@ -84,13 +84,24 @@ where
     Err(last)
 }
 
+/// The record under `key` and the store's clock, which judges its lease (a second round
+/// trip: the admin reads without a reservation, whose reply carries the clock).
+pub(super) async fn read_at(
+    store: &Store,
+    key: &StoreKey,
+) -> Result<(Option<Record>, u64), StoreError> {
+    let record = store.get(key).await?;
+    Ok((record, store.clock_ms().await?))
+}
+
 /// RFC 3339 with milliseconds, as every admin timestamp.
 pub(super) fn time(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
-/// The record as the admin API shows it (SPEC §6). The body only when asked for.
-pub fn describe(record: &Record, with_body: bool) -> serde_json::Value {
+/// The record as the admin API shows it (SPEC §6), at `now` on the store's clock. The
+/// body only when asked for.
+pub fn describe(record: &Record, with_body: bool, now: u64) -> serde_json::Value {
     let mut v = json!({
         "route": record.route,
         "key": record.key,
@@ -103,7 +114,7 @@ pub fn describe(record: &Record, with_body: bool) -> serde_json::Value {
     if let Some(settled) = record.settled {
         // How an unknown outcome was settled: reconciled, resolved or not_executed.
         v["settled"] = json!(settled.as_str());
-    } else if record.lease_ended(crate::store::record::now_ms()) {
+    } else if record.lease_ended(now) {
         v["outcome_unknown"] = json!(true);
     }
     if let Some(link) = &record.trace {

@@ -25,12 +25,11 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::keys::{any_store, describe, KeyRef};
+use super::keys::{any_store, describe, read_at, KeyRef};
 use super::reply::{error, json_response, AdminResponse};
 use super::unknown::Intent;
 use super::Admin;
 use crate::metrics::Resolution;
-use crate::store::record::now_ms;
 use crate::store::{Settled, StoredResponse};
 
 /// The largest resolution accepted: a body up to any sane `max_response_bytes`, even
@@ -123,12 +122,14 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         }
     };
 
-    let (record, store) = match any_store(&admin.stores, |s| s.get(&at.store_key)).await {
-        Ok((Some(record), store)) => (record, store),
-        Ok((None, _)) => return error(StatusCode::NOT_FOUND, "no such key"),
+    let read = any_store(&admin.stores, |s| read_at(s, &at.store_key)).await;
+    let (record, now, store) = match read {
+        Ok(((Some(record), now), store)) => (record, now, store),
+        Ok(((None, _), _)) => return error(StatusCode::NOT_FOUND, "no such key"),
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
-    let intent = Intent::of(&record, now_ms());
+    // Judged on the store's clock; the fenced write judges again on it.
+    let intent = Intent::of(&record, now);
     if intent != Intent::Unknown {
         return conflict(intent, intent.why_not_unknown());
     }
@@ -143,19 +144,13 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
     if let Some(keyring) = admin.control.keyring() {
         keyring.seal(&mut sealed, &at.store_key);
     }
-    let written = store.take_over(
-        &at.store_key,
-        &record.token,
-        &sealed,
-        policy.retention,
-        now_ms(),
-    );
+    let written = store.take_over(&at.store_key, &record.token, &sealed, policy.retention);
     match written.await {
         Ok(true) => {
             admin.control.metrics().resolved(&at.route, counted);
             let outcome: &str = counted.into();
             tracing::info!(route = %at.route, key = %at.store_key, outcome, "unknown outcome resolved by an operator");
-            json_response(StatusCode::OK, &describe(&settled, false))
+            json_response(StatusCode::OK, &describe(&settled, false, now))
         }
         Ok(false) => conflict(
             Intent::Changed,

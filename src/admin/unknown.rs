@@ -24,7 +24,6 @@ use super::keys::{any_store, time};
 use super::reply::{error, json_response, param, AdminResponse};
 use super::Admin;
 use crate::key::StoreKey;
-use crate::store::record::now_ms;
 use crate::store::{Record, Settled, StoreError};
 
 /// How often the gauge is counted from the store when nobody asks.
@@ -96,11 +95,10 @@ pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
     let route = param(query, "route");
     let include = param(query, "include").unwrap_or_default();
     let with_inflight = include.split(',').any(|i| i == "inflight");
-    let records = match read(admin).await {
-        Ok(records) => records,
+    let (records, now) = match read(admin).await {
+        Ok(read) => read,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
-    let now = now_ms();
     count(admin, &records, now);
     let mut unknown = Vec::new();
     let mut inflight = Vec::new();
@@ -149,9 +147,15 @@ fn item(record: &Record, intent: Intent) -> Value {
     v
 }
 
-async fn read(admin: &Admin) -> Result<Vec<(StoreKey, Record)>, StoreError> {
-    let listed = any_store(&admin.stores, |s| s.list_in_progress(READ_CAP)).await;
-    listed.map(|(records, _)| records)
+/// The in-progress records and the store's clock, which tells unknown outcomes (lease
+/// ended) from calls in flight.
+async fn read(admin: &Admin) -> Result<(Vec<(StoreKey, Record)>, u64), StoreError> {
+    let listed = any_store(&admin.stores, |s| async {
+        let records = s.list_in_progress(READ_CAP).await?;
+        Ok((records, s.clock_ms().await?))
+    })
+    .await;
+    listed.map(|(read, _)| read)
 }
 
 /// Sets `idem_unknown_outcomes` from a listing of the whole store.
@@ -178,7 +182,7 @@ pub(super) async fn keep_counting(admin: Arc<Admin>, every: Duration) {
     loop {
         tick.tick().await;
         match read(&admin).await {
-            Ok(records) => count(&admin, &records, now_ms()),
+            Ok((records, now)) => count(&admin, &records, now),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot count unknown outcomes; keeping the last count")
             }

@@ -9,11 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::context::RequestContext;
-use super::decide::retry_after_secs;
 use super::outcome::StoreOp;
 use super::Worker;
 use crate::key::StoreKey;
-use crate::store::record::now_ms;
 use crate::store::seal::Keyring;
 use crate::store::{Record, StoredResponse, Token};
 
@@ -28,6 +26,10 @@ pub struct LeaseHolder {
     retention: Duration,
     /// False once a renewal found the record taken over.
     owned: bool,
+    /// When the lease ends at the latest, on this process's monotonic clock: measured
+    /// from before the write that set it, so it errs early against the store's clock,
+    /// which is the one that judges it. Only for `Retry-After`.
+    lease_until: Instant,
     /// Seals the completed record (`store.encryption`).
     keyring: Option<Arc<Keyring>>,
     /// Wake waiting duplicates (every replica) on completion. Only routes with
@@ -51,6 +53,7 @@ impl LeaseHolder {
             lease,
             retention,
             owned: true,
+            lease_until: Instant::now() + lease,
             notify,
             keyring: None,
         }
@@ -64,11 +67,13 @@ impl LeaseHolder {
 
     /// Seconds until the current lease ends (at least 1).
     pub fn remaining_secs(&self) -> u64 {
-        retry_after_secs(&self.record, now_ms())
+        let left = self.lease_until.saturating_duration_since(Instant::now());
+        left.as_millis().div_ceil(1000).max(1) as u64
     }
 
     async fn renew(&mut self) {
         let record = self.record.renewed(self.lease);
+        let sent = Instant::now();
         let store = &self.cx.worker.store;
         let renewal = store.replace_if_owner(
             &self.key,
@@ -81,6 +86,7 @@ impl LeaseHolder {
         match result {
             Ok(true) => {
                 self.record = record;
+                self.lease_until = sent + self.lease;
                 self.cx.worker.metrics.lease_renewals.inc();
             }
             Ok(false) => {
@@ -102,8 +108,8 @@ impl LeaseHolder {
     }
 
     /// Store the outcome, if we still own the key. A store failure here does not hold
-    /// up the caller: the write is retried in the background until the lease would
-    /// have ended, and meanwhile the in-progress record keeps repeats out.
+    /// up the caller: the write is retried in the background for as long as the record
+    /// still carries our token, and meanwhile the in-progress record keeps repeats out.
     pub async fn complete(&self, response: StoredResponse, retention: Duration) {
         let mut record = self.record.completed(response, retention);
         if let Some(keyring) = &self.keyring {
@@ -123,6 +129,7 @@ impl LeaseHolder {
                     lease: self.lease,
                     retention: self.retention,
                     owned: self.owned,
+                    lease_until: self.lease_until,
                     notify: self.notify,
                     keyring: self.keyring.clone(),
                 };
@@ -152,25 +159,37 @@ impl LeaseHolder {
             .await
     }
 
-    /// Retry until the reservation's lease really ends (its last renewal + `lease`):
-    /// until then no repeat can take the key, so a late write still lands; after it a
-    /// repeat may, and the write would be refused anyway. The backoff stays short so the
-    /// write lands soon after the store returns and no attempt overshoots the lease.
+    /// Retry for as long as the record still carries our token — not only until the
+    /// lease ends. The store refuses the write (`Ok(false)`) once a repeat has taken the
+    /// unknown outcome over, or the record is gone; until then the outcome this process
+    /// holds is the truth, and recording it late beats leaving it unknown (or having it
+    /// forwarded again under `on_unknown: retry`). Bounded by the record's retention,
+    /// after which it no longer exists. The backoff stays short, so the write lands soon
+    /// after the store returns.
     async fn retry_completion(self, record: Record, retention: Duration) {
-        let deadline = Instant::now() + self.record.remaining();
+        let deadline = Instant::now() + self.retention;
         let mut backoff = Duration::from_millis(50);
+        let mut warned = false;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             tokio::time::sleep(backoff.min(left)).await;
             match self.write_completion(&record, retention).await {
-                Ok(true) => return,
+                Ok(true) => {
+                    if warned {
+                        tracing::info!(key = %self.key, "outcome recorded after the lease ended");
+                    }
+                    return;
+                }
                 Ok(false) => return self.stale(),
-                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(250)),
+                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(1_000)),
+            }
+            if !warned && Instant::now() >= self.lease_until {
+                warned = true;
+                tracing::warn!(key = %self.key, "outcome not recorded yet and the lease has ended; still retrying while the record is ours");
             }
         }
         tracing::error!(
             key = %self.key,
-            "outcome could not be recorded before the lease ended; a repeat finds an unknown \
-             outcome and gets what the route's on_unknown says"
+            "outcome could not be recorded within the record's retention"
         );
     }
 

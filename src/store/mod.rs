@@ -9,6 +9,12 @@
 //! - [`Store::release_if_owner`]: delete only if the caller still owns the record.
 //! - [`Store::take_over`]: replace an attempt whose lease has ended (its outcome is
 //!   unknown) only if its token is still the one the caller read.
+//!
+//! One clock per record, the store's (SPEC §1 "One clock for every lease"): a lease's
+//! end and an attempt's first send are written by the store from its own clock (the
+//! record's [`Stamp`]; Redis scripts read `TIME`, PostgreSQL `now()`, memory a monotonic
+//! clock) and judged against the same clock, so neither skew between replicas nor a
+//! step of a proxy's wall clock can end a live lease.
 //! - [`Store::list_in_progress`]: every in-progress record, for operators (`listing.rs`);
 //!   it reads the whole keyspace or an index, never on the request path.
 //!
@@ -37,7 +43,7 @@ use std::time::Duration;
 
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
-pub use record::{Record, RecordState, Settled, StoredResponse, Token};
+pub use record::{Record, RecordState, Settled, Stamp, StoredResponse, Token};
 pub use redis::RedisStore;
 pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
@@ -52,8 +58,9 @@ use crate::key::StoreKey;
 pub enum Reserve {
     /// The key was absent; the caller's record is now stored and the caller owns it.
     Won,
-    /// Someone else's record is there.
-    Exists(Record),
+    /// Someone else's record is there, read at this time of the **store's** clock
+    /// (unix ms): its lease is judged against that, never against a proxy's clock.
+    Exists(Record, u64),
 }
 
 /// Why a store operation failed. Every variant means "the store could not answer":
@@ -133,22 +140,24 @@ impl Store {
     }
 
     /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
-    /// `owner` **and** it is an attempt whose lease has ended (by `now_ms`; PostgreSQL
-    /// judges with its own clock): taking over an unknown outcome, or settling it. A
-    /// renewal that landed first refuses it. Wakes watchers.
+    /// `owner` **and** it is an attempt whose lease has ended by the store's own clock:
+    /// taking over an unknown outcome, or settling it. A renewal that landed first
+    /// refuses it. Wakes watchers.
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
-        now_ms: u64,
     ) -> Result<bool, StoreError> {
-        match self {
-            Store::Memory(s) => s.take_over(key, owner, record, ttl, now_ms).await,
-            Store::Redis(s) => Box::pin(s.take_over(key, owner, record, ttl, now_ms)).await,
-            Store::Postgres(s) => Box::pin(s.take_over(key, owner, record, ttl)).await,
-        }
+        dispatch_op!(self, s => s.take_over(key, owner, record, ttl))
+    }
+
+    /// The store's clock (unix ms): what its leases are judged against. For the admin,
+    /// which reads records without a reservation; one round trip on Redis (`TIME`, of
+    /// some node: Cluster nodes' clocks may differ a little) and PostgreSQL.
+    pub async fn clock_ms(&self) -> Result<u64, StoreError> {
+        dispatch_op!(self, s => s.clock_ms())
     }
 
     /// Delete the record only if its token is `owner`, and wake watchers.

@@ -9,7 +9,7 @@ use tokio::time::{sleep, timeout};
 
 use super::support::postgres::PgServer;
 use super::support::store::{
-    completed, in_progress, key, listening, postgres_config, wait_listening, HANG,
+    completed, in_progress, key, listening, postgres_config, unclocked, wait_listening, HANG,
 };
 use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION};
 
@@ -88,7 +88,10 @@ async fn expired_rows_are_never_replayed_even_before_deletion() {
         won(store.reserve(&key(1), &fresh, LEASE).await),
         "not replayed"
     );
-    assert_eq!(store.get(&key(1)).await.unwrap(), Some(fresh));
+    assert_eq!(
+        store.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&fresh))
+    );
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
@@ -108,7 +111,10 @@ async fn expired_rows_are_purged_in_the_background() {
         assert!(start.elapsed() < RECOVERY, "expired rows not purged");
         sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(store.get(&key(1)).await.unwrap(), Some(live));
+    assert_eq!(
+        store.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&live))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,7 +157,7 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
         .await
         .unwrap()
     {
-        Reserve::Exists(existing) => assert_eq!(existing, mine),
+        Reserve::Exists(existing, _) => assert_eq!(unclocked(&existing), unclocked(&mine)),
         Reserve::Won => panic!("a committed reservation was lost in the crash"),
     }
     // Both LISTEN connections are back: a completion on `store` wakes `other`'s waiter.
@@ -164,7 +170,10 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
         .await
         .unwrap());
     assert!(timeout(HANG, watch.changed()).await.is_ok(), "woken");
-    assert_eq!(other.get(&key(1)).await.unwrap(), Some(done));
+    assert_eq!(
+        other.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&done))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

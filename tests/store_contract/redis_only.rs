@@ -8,8 +8,8 @@ use tokio::time::{sleep, timeout};
 
 use super::support::redis::RedisServer;
 use super::support::store::{
-    assert_ended, completed, in_progress, key, redis_config, subscribed, wait_subscribed, HANG,
-    OP_TIMEOUT,
+    assert_ended, completed, in_progress, key, redis_config, subscribed, unclocked,
+    wait_subscribed, HANG, OP_TIMEOUT,
 };
 use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION};
 
@@ -78,7 +78,10 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
     timeout(HANG, watch.changed())
         .await
         .expect("woken after resubscribe");
-    assert_eq!(other.get(&key(1)).await.unwrap(), Some(done));
+    assert_eq!(
+        other.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&done))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +244,7 @@ async fn cluster_wait_goes_to_the_keys_own_node() {
     cluster.nodes[replica].pause();
     let e = store.reserve(&key(1), &in_progress(LEASE), LEASE).await;
     assert!(
-        matches!(e, Ok(Reserve::Exists(_))),
+        matches!(e, Ok(Reserve::Exists(..))),
         "a loser needs no WAIT: {e:?}"
     );
     // key(0x01) is taken; find another key in the frozen shard and one elsewhere.
@@ -279,7 +282,7 @@ async fn a_retried_reservation_recognises_its_own_token() {
     let other = in_progress(LEASE);
     assert!(matches!(
         store.reserve(&key(1), &other, LEASE).await.unwrap(),
-        Reserve::Exists(r) if r.token == mine.token
+        Reserve::Exists(r, _) if r.token == mine.token
     ));
 }
 
@@ -389,6 +392,9 @@ async fn cluster_resharding_moves_a_live_key_and_its_wake_ups() {
         "completed and woken {:?} after the slot moved",
         start.elapsed()
     );
-    assert_eq!(b.get(&key(1)).await.unwrap(), Some(done));
+    assert_eq!(
+        b.get(&key(1)).await.unwrap().as_ref().map(unclocked),
+        Some(unclocked(&done))
+    );
     assert!(cluster.nodes[to].command(&["EXISTS", &name]).contains(":1"));
 }

@@ -259,3 +259,17 @@ pub const HANG: Duration = Duration::from_secs(10);
 pub fn assert_ended(what: &str, elapsed: Duration) {
     assert!(elapsed < HANG, "{what} took {elapsed:?}: it hangs");
 }
+
+/// `record` without the times a store stamps from its own clock (an attempt's first
+/// send, an in-progress record's lease end): what a writer's record and the store's copy
+/// of it share.
+#[allow(dead_code)]
+pub fn unclocked(record: &Record) -> Record {
+    let mut r = record.clone();
+    r.stamp = None;
+    r.sent_at_ms = 0;
+    if !r.is_completed() {
+        r.expires_at_ms = 0;
+    }
+    r
+}

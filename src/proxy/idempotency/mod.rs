@@ -24,7 +24,6 @@ use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::metrics::WokenBy;
 use crate::path::Captures;
-use crate::store::record::now_ms;
 use crate::store::seal::Keyring;
 use crate::store::{Record, Reserve, Settled, StoreError, Token};
 use crate::traces::RequestTrace;
@@ -192,15 +191,24 @@ impl<'a> Flow<'a> {
                     return Box::pin(self.store_failed(e)).await;
                 }
                 Ok(Reserve::Won) => return self.forward(&intent, mine).await,
-                Ok(Reserve::Exists(existing)) => existing,
+                Ok(Reserve::Exists(existing, store_now)) => (existing, store_now),
             };
+            // The lease is judged on the store's clock, read with the record.
+            let (existing, store_now) = existing;
             let existing = match self.open(existing, &intent.store_key) {
                 Ok(existing) => existing,
                 Err(p) => return self.refuse(p, Outcome::Conflict),
             };
             let now = Instant::now();
             let may_wait = waits && now < deadline;
-            let decision = decide(&existing, &intent, &mine.token, &policy, may_wait, now_ms());
+            let decision = decide(
+                &existing,
+                &intent,
+                &mine.token,
+                &policy,
+                may_wait,
+                store_now,
+            );
             if let Some(trace) = cx.trace() {
                 match &decision {
                     Decision::Replay { .. } => {
@@ -236,7 +244,7 @@ impl<'a> Flow<'a> {
                     }
                 }
                 Decision::Retry | Decision::Reconcile if lost == Some(existing.token) => {
-                    let retry_after = super::decide::retry_after_secs(&existing, now_ms());
+                    let retry_after = super::decide::retry_after_secs(&existing, store_now);
                     let p = problem::in_progress(&policy.name, retry_after);
                     return self.refuse(p, Outcome::Conflict);
                 }

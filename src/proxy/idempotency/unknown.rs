@@ -16,7 +16,6 @@ use super::Flow;
 use crate::key;
 use crate::metrics::Reconciliation;
 use crate::proxy::intent::Intent;
-use crate::store::record::now_ms;
 use crate::store::{Record, Settled, StoreError};
 use crate::template::RequestView;
 use crate::traces::RequestTrace;
@@ -154,7 +153,7 @@ impl Flow<'_> {
     ) -> Result<bool, StoreError> {
         let store = &self.cx.worker.store;
         let (key, ttl) = (&intent.store_key, self.policy.retention);
-        let write = store.take_over(key, &existing.token, next, ttl, now_ms());
+        let write = store.take_over(key, &existing.token, next, ttl);
         self.timed(StoreOp::Takeover, write).await
     }
 }

@@ -10,6 +10,7 @@
 //! expire soonest (a small batch at a time, see [`EVICT_BATCH_DIVISOR`]); in-progress records are never evicted (that would let a duplicate
 //! execute while the first call runs), so with only those left `reserve` fails `Full`.
 
+mod clock;
 mod shard;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +21,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 use tokio::time::Instant;
 
+use self::clock::MonotonicClock;
 use self::shard::{Entry, Shard};
 use super::listing::Soonest;
 use super::task::AbortOnDrop;
@@ -50,6 +52,8 @@ struct Shared {
     len: AtomicUsize,
     max: usize,
     watchers: Watchers,
+    /// Leases are stamped and judged on this clock, never on the wall clock.
+    clock: MonotonicClock,
 }
 
 // === impl MemoryStore ===
@@ -63,6 +67,7 @@ impl MemoryStore {
             len: AtomicUsize::new(0),
             max: max_records,
             watchers: Watchers::new(),
+            clock: MonotonicClock::start(),
         });
         let task = tokio::spawn(purge(shared.clone()));
         MemoryStore {
@@ -91,11 +96,11 @@ impl MemoryStore {
                 let mut shard = self.shared.shard(key);
                 let now = Instant::now();
                 if let Some(e) = shard.get_live(key, now) {
-                    return Ok(Reserve::Exists(e.record.clone()));
+                    return Ok(Reserve::Exists(e.record.clone(), self.shared.clock.at(now)));
                 }
                 self.shared.remove(&mut shard, key);
                 if self.shared.claim_slot() {
-                    shard.insert(*key, entry(record, now, lease));
+                    shard.insert(*key, self.shared.entry(record, now, lease));
                     return Ok(Reserve::Won);
                 }
             }
@@ -124,7 +129,7 @@ impl MemoryStore {
             {
                 return Ok(false);
             }
-            shard.insert(*key, entry(record, now, ttl));
+            shard.insert(*key, self.shared.entry(record, now, ttl));
         }
         if notify {
             self.shared.watchers.notify(key);
@@ -133,23 +138,23 @@ impl MemoryStore {
     }
 
     /// As `replace_if_owner`, only while the record is an attempt whose lease ended by
-    /// `now_ms`; watchers are woken.
+    /// the store's clock; watchers are woken.
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
-        now_ms: u64,
     ) -> Result<bool, StoreError> {
         {
             let mut shard = self.shared.shard(key);
             let now = Instant::now();
+            let now_ms = self.shared.clock.at(now);
             let unknown = |e: &Entry| e.record.token == *owner && e.record.lease_ended(now_ms);
             if !shard.get_live(key, now).is_some_and(unknown) {
                 return Ok(false);
             }
-            shard.insert(*key, entry(record, now, ttl));
+            shard.insert(*key, self.shared.entry(record, now, ttl));
         }
         self.shared.watchers.notify(key);
         Ok(true)
@@ -216,16 +221,10 @@ impl MemoryStore {
     pub async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
-}
 
-fn entry(record: &Record, now: Instant, ttl: Duration) -> Entry {
-    // A TTL too large for `Instant` means "effectively forever" (100 years).
-    let deadline = now
-        .checked_add(ttl)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
-    Entry {
-        record: owned(record),
-        deadline,
+    /// The store's clock: monotonic, anchored to the wall clock at creation.
+    pub async fn clock_ms(&self) -> Result<u64, StoreError> {
+        Ok(self.shared.clock.at(Instant::now()))
     }
 }
 
@@ -249,6 +248,17 @@ fn owned(record: &Record) -> Record {
 // === impl Shared ===
 
 impl Shared {
+    /// `record` as stored at `now`: stamped with this store's clock, living `ttl`.
+    fn entry(&self, record: &Record, now: Instant, ttl: Duration) -> Entry {
+        // A TTL too large for `Instant` means "effectively forever" (100 years).
+        let deadline = now
+            .checked_add(ttl)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
+        let mut record = owned(record);
+        record.apply_stamp(self.clock.at(now));
+        Entry { record, deadline }
+    }
+
     fn shard(&self, key: &StoreKey) -> MutexGuard<'_, Shard> {
         lock(&self.shards[usize::from(key.0[0]) % SHARDS])
     }

@@ -109,16 +109,34 @@ enum Fenced {
     TakeOver,
 }
 
-/// Milliseconds from now until an in-progress record's lease ends (the database adds
-/// them to its own clock); 0 for a completed record.
-fn lease_millis(record: &Record) -> i64 {
-    let left = record
-        .expires_at_ms
-        .saturating_sub(crate::store::record::now_ms());
-    match record.state {
-        crate::store::RecordState::InProgress => i64::try_from(left).unwrap_or(i64::MAX),
-        crate::store::RecordState::Completed => 0,
+/// The lease an in-progress record is written with, in ms (the database adds it to its
+/// own clock), and whether it is a first send (`sent_at` stamped); 0 for a completed
+/// record.
+fn lease_millis(record: &Record) -> (i64, bool) {
+    match record.stamp {
+        Some(s) => (
+            i64::try_from(s.lease.as_millis()).unwrap_or(i64::MAX),
+            s.sent,
+        ),
+        None => (0, false),
     }
+}
+
+/// A record read with its clocks (`sql::clocks`, from column `at`): its lease's end and
+/// first send on the database's clock replace the writer's estimates in its bytes, and
+/// the database's `now()` comes along to judge them by.
+fn read(row: &tokio_postgres::Row, at: usize) -> Result<(Record, u64), StoreError> {
+    let mut record = decode(row.get::<_, &[u8]>(at))?;
+    let ms = |i: usize| row.get::<_, Option<i64>>(at + i).map(|v| v.max(0) as u64);
+    if record.state == crate::store::RecordState::InProgress {
+        if let Some(lease_until) = ms(1) {
+            record.expires_at_ms = lease_until;
+        }
+    }
+    if let Some(sent_at) = ms(2) {
+        record.sent_at_ms = sent_at;
+    }
+    Ok((record, ms(3).unwrap_or(0)))
 }
 
 impl PostgresStore {
@@ -160,7 +178,7 @@ impl PostgresStore {
         let state = state_name(record.state);
         let attempt = attempt(record);
         let ttl = millis(ttl);
-        let lease = lease_millis(record);
+        let (lease, _) = lease_millis(record);
         self.bounded(async {
             let client = self.client().await?;
             let stmt = client.prepare_cached(&self.shared.sql.reserve).await?;
@@ -180,7 +198,7 @@ impl PostgresStore {
                 if let Some(row) = rows.first() {
                     return Ok(match row.get::<_, Option<&[u8]>>(0) {
                         None => Ok(Reserve::Won),
-                        Some(bytes) => decode(bytes).map(Reserve::Exists),
+                        Some(_) => read(row, 0).map(|(r, now)| Reserve::Exists(r, now)),
                     });
                 }
             }
@@ -231,13 +249,13 @@ impl PostgresStore {
         let state = state_name(record.state);
         let attempt = attempt(record);
         let ttl = millis(ttl);
-        let lease = lease_millis(record);
+        let (lease, sent) = lease_millis(record);
         let sql = &self.shared.sql;
         let notify = statement != Fenced::Replace;
         let replaced = self
             .bounded(async {
                 let client = self.client().await?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                     &&key.0[..],
                     &&owner.0[..],
                     &state,
@@ -246,6 +264,7 @@ impl PostgresStore {
                     &ttl,
                     &encoded,
                     &lease,
+                    &sent,
                 ];
                 if notify {
                     let text = match statement {
@@ -294,10 +313,21 @@ impl PostgresStore {
             let client = self.client().await?;
             let stmt = client.prepare_cached(&self.shared.sql.get).await?;
             let row = client.query_opt(&stmt, &[&&key.0[..]]).await?;
-            Ok(row.map(|row| decode(row.get::<_, &[u8]>(0))))
+            Ok(row.map(|row| read(&row, 0).map(|(record, _)| record)))
         })
         .await?
         .transpose()
+    }
+
+    /// The database's clock, `now()`, in unix ms.
+    pub async fn clock_ms(&self) -> Result<u64, StoreError> {
+        self.bounded(async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(&self.shared.sql.clock).await?;
+            let row = client.query_one(&stmt, &[]).await?;
+            Ok(row.get::<_, i64>(0).max(0) as u64)
+        })
+        .await
     }
 
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
@@ -338,7 +368,7 @@ impl PostgresStore {
         for row in rows {
             let key = <[u8; 32]>::try_from(row.get::<_, &[u8]>(0))
                 .map_err(|_| StoreError::Corrupt("key is not 32 bytes".to_owned()))?;
-            soonest.push(StoreKey(key), decode(row.get::<_, &[u8]>(1))?);
+            soonest.push(StoreKey(key), read(&row, 1)?.0);
         }
         Ok(soonest.finish())
     }

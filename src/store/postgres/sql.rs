@@ -6,18 +6,33 @@
 //! stored response included, so a read is one column decoded by the same code as Redis.
 //! `expires_at` is the row's end (the retention's, in progress as completed: an attempt
 //! is remembered after its lease, SPEC §1 "Unknown outcomes"); `lease_until` is an
-//! in-progress record's lease end. Both are computed with the *database's* clock
+//! in-progress record's lease end, and `sent_at` its attempt's first send (the upstream
+//! key's age, for `upstream_key_window`). All are computed with the *database's* clock
 //! (`now()` + a duration), so several idem processes with skewed clocks agree on when a
-//! lease ends.
+//! lease ends (SPEC §1 "One clock for every lease"). Reads return them beside the
+//! record, in unix ms, with the database's `now()`: the record's own `expires_at_ms` and
+//! `sent_at_ms` are only the writer's estimates, replaced by these (`mod.rs`).
 //!
 //! Every statement treats a row whose `expires_at` has passed as absent — it is never
 //! returned, never completed, and a reservation takes it over — so an expired record
 //! is never replayed even before the background purge deletes it.
 
 /// `lease_until` from `$8` (milliseconds from now) for an in-progress record; none once
-/// completed.
+/// completed. `sent_at` is now when `$9` says this is a first send, else kept.
 const LEASE_UNTIL_8: &str = "lease_until = CASE WHEN $3 = 'in_progress' \
-     THEN now() + $8::int8 * interval '1 millisecond' END";
+     THEN now() + $8::int8 * interval '1 millisecond' END, \
+     sent_at = CASE WHEN $9::bool THEN now() ELSE sent_at END";
+
+/// A timestamp column as unix ms (NULL stays NULL).
+fn ms(column: &str) -> String {
+    format!("(extract(epoch from {column}) * 1000)::int8")
+}
+
+/// What every read returns after the record: its lease's end, its first send and the
+/// database's clock, in unix ms.
+fn clocks() -> String {
+    format!("{}, {}, {}", ms("lease_until"), ms("sent_at"), ms("now()"))
+}
 
 /// `update` (and `condition`) with watchers notified once the change is committed.
 fn notifying(update: &str, condition: &str) -> String {
@@ -26,7 +41,7 @@ fn notifying(update: &str, condition: &str) -> String {
 {update}{condition}
 RETURNING key
 )
-SELECT pg_notify($9, encode(key, 'hex')) FROM changed"
+SELECT pg_notify($10, encode(key, 'hex')) FROM changed"
     )
 }
 
@@ -46,6 +61,7 @@ pub(super) struct Sql {
     pub delete: String,
     pub purge: String,
     pub list_in_progress: String,
+    pub clock: String,
     /// `LISTEN` target: the table name with `_events`.
     pub channel: String,
 }
@@ -55,6 +71,7 @@ impl Sql {
     /// statements as it is.
     pub(super) fn new(table: &str) -> Sql {
         let t = table;
+        let clocks = clocks();
         // The owner-fenced write every later statement shares.
         let update = format!(
             "UPDATE {t} SET state = $3, token = $4, attempt = $5,
@@ -79,6 +96,7 @@ CREATE TABLE IF NOT EXISTS {t} (
   record bytea NOT NULL
 );
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_until timestamptz;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS sent_at timestamptz;
 CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
 CREATE INDEX IF NOT EXISTS {t}_in_progress ON {t} (key) WHERE state = 'in_progress';
 COMMIT;"
@@ -93,23 +111,23 @@ COMMIT;"
             // `PostgresStore::reserve`).
             reserve: format!(
                 "WITH live AS (
-  SELECT record FROM {t} WHERE key = $1 AND expires_at > now()
+  SELECT record, {clocks} FROM {t} WHERE key = $1 AND expires_at > now()
 ), taken AS (
-  INSERT INTO {t} AS r (key, state, token, attempt, fingerprint, credentials, expires_at, record, lease_until)
+  INSERT INTO {t} AS r (key, state, token, attempt, fingerprint, credentials, expires_at, record, lease_until, sent_at)
   SELECT $1, $2, $3, $4, $5, $6, now() + $7::int8 * interval '1 millisecond', $8,
-    now() + $9::int8 * interval '1 millisecond'
+    now() + $9::int8 * interval '1 millisecond', now()
   WHERE NOT EXISTS (SELECT 1 FROM live)
   ON CONFLICT (key) DO UPDATE SET
     state = excluded.state, token = excluded.token, attempt = excluded.attempt,
     fingerprint = excluded.fingerprint, credentials = excluded.credentials,
     expires_at = excluded.expires_at, record = excluded.record,
-    lease_until = excluded.lease_until
+    lease_until = excluded.lease_until, sent_at = excluded.sent_at
   WHERE r.expires_at <= now()
   RETURNING 1
 )
-SELECT NULL::bytea FROM taken
+SELECT NULL::bytea, NULL::int8, NULL::int8, NULL::int8 FROM taken
 UNION ALL
-SELECT record FROM live"
+SELECT * FROM live"
             ),
             replace: update.clone(),
             // NOTIFY is transactional: watchers hear of the change once it is committed.
@@ -130,7 +148,7 @@ SELECT record FROM live"
 )
 SELECT pg_notify($3, encode(key, 'hex')) FROM gone"
             ),
-            get: format!("SELECT record FROM {t} WHERE key = $1 AND expires_at > now()"),
+            get: format!("SELECT record, {clocks} FROM {t} WHERE key = $1 AND expires_at > now()"),
             delete: format!(
                 "WITH gone AS (DELETE FROM {t} WHERE key = $1 RETURNING key, expires_at > now() AS live)
 SELECT live, pg_notify($2, encode(key, 'hex')) FROM gone"
@@ -149,9 +167,10 @@ SELECT live, pg_notify($2, encode(key, 'hex')) FROM gone"
             // first (unknown outcomes before calls in flight); rows of versions before
             // `lease_until` sort first, their lease is in `expires_at`.
             list_in_progress: format!(
-                "SELECT key, record FROM {t} WHERE state = 'in_progress' AND expires_at > now()
+                "SELECT key, record, {clocks} FROM {t} WHERE state = 'in_progress' AND expires_at > now()
 ORDER BY lease_until NULLS FIRST, key LIMIT $1"
             ),
+            clock: format!("SELECT {}", ms("now()")),
             channel: format!("{t}_events"),
         }
     }

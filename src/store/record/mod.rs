@@ -65,6 +65,24 @@ pub struct Record {
     /// The response sealed at rest (`store.encryption`), in place of `response` until
     /// opened. Boxed: without encryption it stays a pointer.
     pub sealed: Option<Box<super::seal::Sealed>>,
+    /// What the store writes from its own clock when it stores this record (SPEC §1
+    /// "One clock for every lease"); not part of the stored bytes, so a record read
+    /// back has none.
+    pub stamp: Option<Stamp>,
+}
+
+/// The times a store stamps on an in-progress record it writes, from **its own clock**
+/// (Redis `TIME` inside the script, PostgreSQL `now()`, the memory store's monotonic
+/// clock), so that no proxy's wall clock ever decides when a lease ends. The
+/// `expires_at_ms` and `sent_at_ms` a proxy puts in a record are only its estimate,
+/// replaced by the store's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stamp {
+    /// The lease's end becomes the store's now + `lease`.
+    pub lease: Duration,
+    /// The first send (`sent_at_ms`, the upstream key's age) becomes the store's now; a
+    /// retry of the same attempt keeps it.
+    pub sent: bool,
 }
 
 /// How an attempt whose outcome was unknown got settled (SPEC §1 "Unknown outcomes").
@@ -104,10 +122,11 @@ pub struct StoredResponse {
     pub body: Option<Bytes>,
 }
 
-/// Wall-clock unix milliseconds, for the informational timestamps in records.
-///
-/// Expiry itself is enforced by the backend's TTL (Redis `PX`, the memory store's
-/// monotonic deadline), never by comparing these values.
+/// This proxy's wall-clock unix milliseconds: the informational timestamps of a record
+/// (`created_at_ms`, a completed record's `expires_at_ms`) and the estimates a store
+/// replaces with its own clock ([`Stamp`]). Never compared with a stored lease: leases
+/// are judged by the store, against its own clock ([`super::Reserve::Exists`] carries
+/// the store's time of the read).
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -181,6 +200,7 @@ impl Record {
             sent_at_ms: now,
             settled: None,
             sealed: None,
+            stamp: Some(Stamp { lease, sent: true }),
         }
     }
 
@@ -189,6 +209,7 @@ impl Record {
     pub fn renewed(&self, lease: Duration) -> Record {
         Record {
             expires_at_ms: after_ms(now_ms(), lease),
+            stamp: Some(Stamp { lease, sent: false }),
             ..self.clone()
         }
     }
@@ -200,6 +221,7 @@ impl Record {
             expires_at_ms: after_ms(now_ms(), retention),
             response: Some(response),
             sealed: None,
+            stamp: None,
             ..self.clone()
         }
     }
@@ -218,6 +240,7 @@ impl Record {
             sent_at_ms: now,
             settled: None,
             sealed: None,
+            stamp: Some(Stamp { lease, sent: true }),
             ..self.clone()
         }
     }
@@ -234,6 +257,7 @@ impl Record {
             trace: None,
             settled: None,
             sealed: None,
+            stamp: Some(Stamp { lease, sent: false }),
             ..self.clone()
         }
     }
@@ -254,6 +278,7 @@ impl Record {
             response: Some(response),
             settled: Some(how),
             sealed: None,
+            stamp: None,
             ..self.clone()
         }
     }
@@ -268,6 +293,10 @@ impl Record {
             response: None,
             settled: Some(Settled::NotExecuted),
             sealed: None,
+            stamp: Some(Stamp {
+                lease: Duration::ZERO,
+                sent: false,
+            }),
             ..self.clone()
         }
     }
@@ -282,9 +311,15 @@ impl Record {
         self.state == RecordState::Completed
     }
 
-    /// Time left until `expires_at_ms` (zero once past), e.g. for `Retry-After`.
-    pub fn remaining(&self) -> Duration {
-        Duration::from_millis(self.expires_at_ms.saturating_sub(now_ms()))
+    /// Applies the record's [`Stamp`] with the store's clock: `now_ms` is the store's
+    /// time of the write. Used by the stores that stamp in Rust (memory, and PostgreSQL on read).
+    pub fn apply_stamp(&mut self, now_ms: u64) {
+        if let Some(stamp) = self.stamp.take() {
+            self.expires_at_ms = after_ms(now_ms, stamp.lease);
+            if stamp.sent {
+                self.sent_at_ms = now_ms;
+            }
+        }
     }
 }
 
@@ -308,7 +343,10 @@ mod tests {
         let r = Record::in_progress("r", "s", "k", [1; 32], [2; 32], Duration::from_secs(30));
         assert_eq!(r.attempt, 1);
         assert!(!r.is_completed());
-        assert!(r.remaining() > Duration::from_secs(29));
+        let mut stamped = r.clone();
+        stamped.apply_stamp(1_000);
+        assert_eq!((stamped.expires_at_ms, stamped.sent_at_ms), (31_000, 1_000));
+        assert!(stamped.stamp.is_none());
         let resp = StoredResponse {
             status: 201,
             headers: vec![],

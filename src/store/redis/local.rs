@@ -8,7 +8,10 @@
 //! - `Owned`: this process won the key and is running it. A duplicate arriving here
 //!   learns "in progress" from that record without asking Redis: the owner is the one
 //!   process that knows for sure. Renewals keep the record current; an entry whose
-//!   lease ran out is ignored (the owner may have stalled and been taken over).
+//!   lease ran out is ignored (the owner may have stalled and been taken over). How
+//!   long the lease has left is measured on the monotonic clock from the write that
+//!   set it, never on the wall clock: Redis's clock judges the lease, and this estimate
+//!   errs early (it starts after the write's reply).
 //! - `Completed`: the owner's completion, kept for [`KEEP_COMPLETED`] when duplicates
 //!   were seen, so the waiters it wakes (and the stragglers of the storm) replay it
 //!   without a round trip. A completed record is immutable but for an admin delete,
@@ -23,7 +26,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::key::{KeyMap, StoreKey};
-use crate::store::record::now_ms;
 use crate::store::{Record, StoreError, Token};
 
 /// How long a completed record stays here after duplicates were seen.
@@ -31,22 +33,27 @@ pub(super) const KEEP_COMPLETED: Duration = Duration::from_secs(2);
 const SHARDS: usize = 16;
 
 /// The outcome a leading reservation hands its followers: the record to treat as the
-/// existing one.
-type Outcome = Option<Result<Record, StoreError>>;
+/// existing one, and the store's time when it was read.
+type Shared = Option<Result<(Record, u64), StoreError>>;
 
 enum Entry {
     /// `outcome` is created by the first follower, so a key without duplicates never
     /// allocates a channel.
     Reserving {
         id: u64,
-        outcome: Option<watch::Sender<Outcome>>,
+        outcome: Option<watch::Sender<Shared>>,
     },
     Owned {
         record: Record,
+        /// When its lease ends, by this process's monotonic clock (`None`: unknown,
+        /// ask Redis).
+        lease_until: Option<Instant>,
         duplicates: bool,
     },
     Completed {
         record: Record,
+        /// The store's time when the record was read or written, and the instant then.
+        seen: (u64, Instant),
         until: Instant,
     },
 }
@@ -69,10 +76,11 @@ struct Shard {
 // Not boxed, like `store::Reserve`: a `Lookup` lives for one `match` on the request path.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Lookup {
-    /// Use this record as the existing one (no round trip).
-    Known(Record),
+    /// Use this record as the existing one (no round trip), judged at this time of the
+    /// store's clock (extrapolated on the monotonic clock from the last reading).
+    Known((Record, u64)),
     /// Another reservation of this key is under way: wait for its outcome.
-    Follow(watch::Receiver<Outcome>),
+    Follow(watch::Receiver<Shared>),
     /// Go to Redis, then report through the guard.
     Lead(Leader),
 }
@@ -94,14 +102,25 @@ impl Local {
                 let tx = outcome.get_or_insert_with(|| watch::channel(None).0);
                 return Lookup::Follow(tx.subscribe());
             }
-            Some(Entry::Owned { record, duplicates }) if record.expires_at_ms > now_ms() => {
+            Some(Entry::Owned {
+                record,
+                lease_until: Some(lease_until),
+                duplicates,
+            }) if *lease_until > Instant::now() => {
                 *duplicates = true;
-                return Lookup::Known(record.clone());
+                // The record's own (estimated) lease end, less what is left of it: a
+                // store time at which the decision finds the lease live.
+                let left = lease_until.saturating_duration_since(Instant::now());
+                let now = record.expires_at_ms.saturating_sub(left.as_millis() as u64);
+                return Lookup::Known((record.clone(), now));
             }
-            Some(Entry::Completed { record, until })
-                if *until > Instant::now() && record.expires_at_ms > now_ms() =>
-            {
-                return Lookup::Known(record.clone());
+            Some(Entry::Completed {
+                record,
+                seen,
+                until,
+            }) if *until > Instant::now() => {
+                let now = seen.0 + seen.1.elapsed().as_millis() as u64;
+                return Lookup::Known((record.clone(), now));
             }
             _ => {}
         }
@@ -126,25 +145,50 @@ impl Local {
             Some(Entry::Reserving { outcome, .. }) => outcome.is_some(),
             _ => false,
         };
+        let lease_until = lease_until(record);
         if record.is_completed() {
             if duplicates {
                 let until = Instant::now() + KEEP_COMPLETED;
+                // A completed record's `expires_at_ms` is the writer's estimate of the
+                // retention's end: the time it was written is about that less nothing
+                // the decision reads (a completed record is replayed whatever the time).
+                let seen = (record.created_at_ms.max(record.sent_at_ms), Instant::now());
                 let record = record.clone();
-                map.insert(*key, Entry::Completed { record, until });
+                map.insert(
+                    *key,
+                    Entry::Completed {
+                        record,
+                        seen,
+                        until,
+                    },
+                );
             } else {
                 map.remove(key);
             }
         } else if record.token == *owner {
             // A renewal: only refresh an entry we already hold.
-            if let Some(Entry::Owned { record: held, .. }) = map.get_mut(key) {
+            if let Some(Entry::Owned {
+                record: held,
+                lease_until: until,
+                ..
+            }) = map.get_mut(key)
+            {
                 if held.token == *owner {
                     *held = record.clone();
+                    *until = lease_until;
                 }
             }
         } else {
             // A takeover: a new attempt of ours.
             let record = record.clone();
-            map.insert(*key, Entry::Owned { record, duplicates });
+            map.insert(
+                *key,
+                Entry::Owned {
+                    record,
+                    lease_until,
+                    duplicates,
+                },
+            );
         }
     }
 
@@ -183,35 +227,45 @@ impl Local {
 impl Leader {
     /// Redis granted the key to us: followers see our record as the existing one.
     pub(super) fn won(self, record: &Record) {
+        let lease_until = lease_until(record);
+        // Our own estimate of the lease's end, as `Lookup::Known` answers it.
+        let now = record
+            .expires_at_ms
+            .saturating_sub(record.stamp.map_or(0, |s| s.lease.as_millis() as u64));
         self.settle(
             |duplicates| {
                 Some(Entry::Owned {
                     record: record.clone(),
+                    lease_until,
                     duplicates,
                 })
             },
             record,
+            now,
         );
     }
 
-    /// Redis holds someone else's record (or ours, completed): followers take it too,
-    /// and a completed one is kept when there were duplicates.
-    pub(super) fn exists(self, record: &Record) {
+    /// Redis holds someone else's record (or ours, completed), read at the store's
+    /// time `now`: followers take it too, and a completed one is kept when there were
+    /// duplicates.
+    pub(super) fn exists(self, record: &Record, now: u64) {
         self.settle(
             |duplicates| {
                 (record.is_completed() && duplicates).then(|| Entry::Completed {
                     record: record.clone(),
+                    seen: (now, Instant::now()),
                     until: Instant::now() + KEEP_COMPLETED,
                 })
             },
             record,
+            now,
         );
     }
 
     /// Replaces our `Reserving` entry with what `next` makes of it (given whether
     /// duplicates arrived), then hands `record` to the followers. It is cloned only for
     /// them: a key without duplicates costs one clone, for the map.
-    fn settle(&self, next: impl FnOnce(bool) -> Option<Entry>, record: &Record) {
+    fn settle(&self, next: impl FnOnce(bool) -> Option<Entry>, record: &Record, now: u64) {
         let mut map = lock(&self.local.shard(&self.key).map);
         let outcome = match map.get_mut(&self.key) {
             Some(Entry::Reserving { id, outcome }) if *id == self.id => outcome.take(),
@@ -223,7 +277,7 @@ impl Leader {
         };
         drop(map);
         if let Some(tx) = outcome {
-            tx.send_replace(Some(Ok(record.clone())));
+            tx.send_replace(Some(Ok((record.clone(), now))));
         }
     }
 }
@@ -236,6 +290,12 @@ impl Drop for Leader {
             map.remove(&self.key);
         }
     }
+}
+
+/// When the lease a write of ours just set ends, on the monotonic clock (`None` for a
+/// record without one: completed, or read from the store).
+fn lease_until(record: &Record) -> Option<Instant> {
+    record.stamp.map(|s| Instant::now() + s.lease)
 }
 
 /// Short, panic-free critical sections: a poisoned lock still holds consistent data.

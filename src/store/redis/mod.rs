@@ -32,11 +32,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, RedisResult};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
-use self::command::{command, eval, millis, Encoded};
+use self::command::{eval, millis, Encoded};
 use self::conn::{Conn, Link};
 use self::keys::Layout;
 use self::local::Lookup;
@@ -148,8 +148,9 @@ impl RedisStore {
         self.events.subscribed.load(Ordering::Acquire)
     }
 
-    /// `SET key value NX GET PX lease`: one round trip that both reserves and, for a
-    /// loser, returns the existing record (Redis ≥ 7.0).
+    /// The reservation script (`scripts.rs`): `SET key value NX GET PX ttl` with the
+    /// lease stamped on the server's clock, in one round trip that both reserves and, for
+    /// a loser, returns the existing record and the server's time.
     ///
     /// If the existing record carries this reservation's own fencing token, the command
     /// was retried by the client layer after its first reply was lost (a reconnect, a
@@ -168,12 +169,12 @@ impl RedisStore {
         &self,
         key: &StoreKey,
         record: &Record,
-        lease: Duration,
+        ttl: Duration,
     ) -> Result<Reserve, StoreError> {
         // A record with our own token is ours (a retried call), as in `reserve_in_redis`.
-        let exists = |existing: Record| match existing.token == record.token {
+        let exists = |(existing, now): (Record, u64)| match existing.token == record.token {
             true => Reserve::Won,
-            false => Reserve::Exists(existing),
+            false => Reserve::Exists(existing, now),
         };
         match self.events.local.lookup(key) {
             Lookup::Known(existing) => Ok(exists(existing)),
@@ -185,14 +186,14 @@ impl RedisStore {
                 let shared = timeout(bound, outcome.wait_for(Option::is_some)).await;
                 match shared.ok().and_then(|r| r.ok()).and_then(|o| o.clone()) {
                     Some(Ok(existing)) => Ok(exists(existing)),
-                    _ => self.reserve_in_redis(key, record, lease).await,
+                    _ => self.reserve_in_redis(key, record, ttl).await,
                 }
             }
             Lookup::Lead(leader) => {
-                let result = self.reserve_in_redis(key, record, lease).await;
+                let result = self.reserve_in_redis(key, record, ttl).await;
                 match &result {
                     Ok(Reserve::Won) => leader.won(record),
-                    Ok(Reserve::Exists(existing)) => leader.exists(existing),
+                    Ok(Reserve::Exists(existing, now)) => leader.exists(existing, *now),
                     // Dropping the leader lets the followers try Redis themselves.
                     Err(_) => drop(leader),
                 }
@@ -205,24 +206,28 @@ impl RedisStore {
         &self,
         key: &StoreKey,
         record: &Record,
-        lease: Duration,
+        ttl: Duration,
     ) -> Result<Reserve, StoreError> {
         let mut link = self.wait_conn.link();
         let store_key = self.layout.store_key(key);
-        let mut cmd = command("SET", Some(record));
-        cmd.arg(&store_key[..])
-            .arg(Encoded(record))
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(millis(lease));
-        let existing: Option<Vec<u8>> = self
-            .bounded(&self.wait_conn, cmd.query_async(&mut link))
+        let lease = record.stamp.map_or(Duration::ZERO, |s| s.lease);
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(Encoded(record))
+                .arg(millis(ttl))
+                .arg(lease.as_millis() as u64);
+        };
+        let script = &self.scripts.reserve;
+        let reply: Vec<Value> = self
+            .bounded(
+                &self.wait_conn,
+                eval(&mut link, script, &store_key, Some(record), args),
+            )
             .await?;
+        let (now, existing) = reserved(reply)?;
         if let Some(bytes) = existing {
             let existing = decode_owned(bytes.into())?;
             if existing.token != record.token {
-                return Ok(Reserve::Exists(existing));
+                return Ok(Reserve::Exists(existing, now));
             }
         }
         if let Err(e) = self.wait_for_replicas(&mut link, &store_key).await {
@@ -243,22 +248,20 @@ impl RedisStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        self.fenced_write(key, owner, record, ttl, notify, None)
+        self.fenced_write(key, owner, record, ttl, notify, false)
             .await
     }
 
     /// As [`RedisStore::replace_if_owner`], only while the record is an attempt whose
-    /// lease ended by `now_ms`; watchers are woken.
+    /// lease ended by the server's clock; watchers are woken.
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
-        now_ms: u64,
     ) -> Result<bool, StoreError> {
-        self.fenced_write(key, owner, record, ttl, true, Some(now_ms))
-            .await
+        self.fenced_write(key, owner, record, ttl, true, true).await
     }
 
     async fn fenced_write(
@@ -268,14 +271,20 @@ impl RedisStore {
         record: &Record,
         ttl: Duration,
         notify: bool,
-        lease_ended_by: Option<u64>,
+        take_over: bool,
     ) -> Result<bool, StoreError> {
         let renewal = !record.is_completed() && record.token == *owner;
         let conn = if renewal { &self.conn } else { &self.wait_conn };
         let mut link = conn.link();
-        let script = match lease_ended_by {
-            None => &self.scripts.replace_if_owner,
-            Some(_) => &self.scripts.take_over,
+        let script = match take_over {
+            false => &self.scripts.replace_if_owner,
+            true => &self.scripts.take_over,
+        };
+        // The lease to stamp on the server's clock (none for a completed record).
+        let lease = record.stamp.map(|s| s.lease.as_millis().to_string());
+        let sent = match record.stamp {
+            Some(s) if s.sent => "1",
+            _ => "0",
         };
         let store_key = self.layout.store_key(key);
         let channel = notify.then(|| self.layout.channel(key));
@@ -284,10 +293,9 @@ impl RedisStore {
                 .arg(Encoded(record))
                 .arg(millis(ttl))
                 .arg(channel.as_deref().unwrap_or(""))
-                .arg(&key.hex()[..]);
-            if let Some(now_ms) = lease_ended_by {
-                cmd.arg(now_ms);
-            }
+                .arg(&key.hex()[..])
+                .arg(lease.as_deref().unwrap_or(""))
+                .arg(sent);
         };
         let acked = async {
             let replaced: i64 = self
@@ -388,6 +396,16 @@ impl RedisStore {
             .map(drop)
     }
 
+    /// The server's clock (`TIME`), in unix ms.
+    pub async fn clock_ms(&self) -> Result<u64, StoreError> {
+        let mut link = self.conn.link();
+        let time = redis::cmd("TIME");
+        let (secs, micros): (u64, u64) = self
+            .bounded(&self.conn, time.query_async(&mut link))
+            .await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
     /// `WAIT` for `wait_replicas` acks on the key's node (`command::wait_for_replicas`);
     /// an error a failover explains makes the connection look for the master again.
     async fn wait_for_replicas(&self, link: &mut Link, store_key: &[u8]) -> Result<(), StoreError> {
@@ -417,4 +435,18 @@ impl RedisStore {
             Err(_) => Err(StoreError::Timeout(self.op_timeout)),
         }
     }
+}
+
+/// The reservation script's reply: the server's time, and the existing record if the
+/// key was taken.
+fn reserved(reply: Vec<Value>) -> Result<(u64, Option<Vec<u8>>), StoreError> {
+    let malformed = || StoreError::Corrupt("unexpected reply to the reservation".to_owned());
+    let mut reply = reply.into_iter();
+    let now = reply.next().ok_or_else(malformed)?;
+    let now = u64::from_redis_value(now).map_err(|_| malformed())?;
+    let existing = match reply.next() {
+        None => None,
+        Some(v) => Some(Vec::<u8>::from_redis_value(v).map_err(|_| malformed())?),
+    };
+    Ok((now, existing))
 }

@@ -1,4 +1,12 @@
-//! Lua scripts for the fenced writes: check ownership and write in one round trip.
+//! Lua scripts for the reservation and the fenced writes: check and write in one round
+//! trip, on the store's clock.
+//!
+//! Every lease is written and judged on **one clock, the Redis server's** (SPEC §1 "One
+//! clock for every lease"): the scripts read `TIME` (allowed since scripts replicate
+//! their effects, the only mode of Redis 7; on Cluster it is the clock of the node that
+//! holds the key) and stamp the record's `expires_at_ms` (and, for a first send,
+//! `sent_at_ms`) in place of the proxy's estimate, so neither a proxy's skewed clock nor
+//! a step of it can end a live lease.
 //!
 //! A record's bytes 2..=33 (Lua's 1-based `string.sub`) are its fencing token in hex
 //! (see `store::record`), so ownership is checked without parsing JSON in Lua. Scripts
@@ -16,8 +24,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// The three fenced scripts, for one way of publishing.
+/// The scripts, for one way of publishing.
 pub(super) struct Scripts {
+    pub(super) reserve: Fenced,
     pub(super) replace_if_owner: Fenced,
     pub(super) take_over: Fenced,
     pub(super) release_if_owner: Fenced,
@@ -41,23 +50,66 @@ impl Scripts {
             Fenced { source, hash }
         };
         Scripts {
-            replace_if_owner: script(REPLACE_IF_OWNER),
-            take_over: script(&format!("{LEASE_ENDED}{REPLACE_IF_OWNER}")),
+            reserve: script(&format!("{CLOCK}{RESERVE}")),
+            replace_if_owner: script(&format!("{CLOCK}{REPLACE_IF_OWNER}")),
+            take_over: script(&format!("{CLOCK}{LEASE_ENDED}{REPLACE_IF_OWNER}")),
             release_if_owner: script(RELEASE_IF_OWNER),
             delete: script(DELETE),
         }
     }
 }
 
+/// The server's clock as unix ms (`now`), and `stamp(record, lease, sent)`: the record
+/// with `expires_at_ms` set to `now + lease` (unless `lease` is `""`) and, when `sent` is
+/// `"1"`, `sent_at_ms` set to `now`. The fields are looked for in the metadata line only
+/// (from byte 35, before the first newline), where every string is JSON-escaped, so a key
+/// or header cannot fake them.
+const CLOCK: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local function set_field(record, name, value)
+  local eol = string.find(record, '\n', 35, true) or #record
+  local s, e = string.find(record, '"' .. name .. '":%d+', 35)
+  if not s or s > eol then
+    return record
+  end
+  return string.sub(record, 1, s + #name + 2) .. string.format('%d', value) .. string.sub(record, e + 1)
+end
+local function stamp(record, lease, sent)
+  if lease == '' then
+    return record
+  end
+  record = set_field(record, 'expires_at_ms', now + tonumber(lease))
+  if sent == '1' then
+    record = set_field(record, 'sent_at_ms', now)
+  end
+  return record
+end
+"#;
+
+/// `SET key value NX GET PX ttl`, stamped: `KEYS[1]` store key; `ARGV[1]` record;
+/// `ARGV[2]` TTL in ms (the record's life); `ARGV[3]` lease in ms. Returns `{now}` when
+/// the key was absent and is now ours, else `{now, existing record}`.
+const RESERVE: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current then
+  return {now, current}
+end
+redis.call('SET', KEYS[1], stamp(ARGV[1], ARGV[3], '1'), 'PX', ARGV[2])
+return {now}
+";
+
 /// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` new record; `ARGV[3]` TTL
 /// in ms; `ARGV[4]` channel to notify, or `""` for a silent write (lease renewal);
-/// `ARGV[5]` message (the hex store key). Returns 1 if replaced, 0 if not the owner.
+/// `ARGV[5]` message (the hex store key); `ARGV[6]` the new lease in ms, or `""` for a
+/// completed record (its life is the key's TTL); `ARGV[7]` `"1"` when this is a first
+/// send (`sent_at_ms` stamped). Returns 1 if replaced, 0 if not the owner.
 const REPLACE_IF_OWNER: &str = r"
 local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], stamp(ARGV[2], ARGV[6], ARGV[7]), 'PX', ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
@@ -65,7 +117,7 @@ return 1
 ";
 
 /// Put before `REPLACE_IF_OWNER` for the takeover: only while the record is an attempt
-/// whose lease has ended by `ARGV[6]` (unix ms) — taking over an unknown outcome, or
+/// whose lease has ended by the server's clock — taking over an unknown outcome, or
 /// settling it. A renewal that landed first (the owner came back) moves the lease's end
 /// and refuses this. The lease's end is the metadata's `expires_at_ms`, the first field
 /// of its kind after the fixed 34-byte head.
@@ -75,7 +127,7 @@ if not record or string.sub(record, 1, 1) ~= 'P' then
   return 0
 end
 local lease_end = tonumber(string.match(record, '"expires_at_ms":(%d+)', 35))
-if not lease_end or lease_end > tonumber(ARGV[6]) then
+if not lease_end or lease_end > now then
   return 0
 end
 "#;

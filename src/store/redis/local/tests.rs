@@ -34,14 +34,18 @@ async fn followers_take_the_leaders_outcome_and_duplicates_then_know_the_owner()
     let mine = record();
     leader.won(&mine);
     let seen = rx.wait_for(Option::is_some).await.unwrap().clone();
-    assert_eq!(seen.unwrap().unwrap(), mine);
-    let Lookup::Known(owner) = local.lookup(&K) else {
+    assert_eq!(seen.unwrap().unwrap().0, mine);
+    let Lookup::Known((owner, now)) = local.lookup(&K) else {
         panic!("owned key known locally")
     };
     assert_eq!(owner, mine);
+    assert!(
+        !owner.lease_ended(now),
+        "judged live at the time it is answered with"
+    );
     // Completion with duplicates seen: kept for the stragglers.
     local.written(&K, &mine.token, &completed(&mine));
-    assert!(matches!(local.lookup(&K), Lookup::Known(r) if r.is_completed()));
+    assert!(matches!(local.lookup(&K), Lookup::Known((r, _)) if r.is_completed()));
 }
 
 #[tokio::test]
@@ -70,7 +74,12 @@ fn without_duplicates_nothing_stays_after_completion() {
 fn an_owned_entry_past_its_lease_is_not_trusted() {
     let local = Local::default();
     let mut mine = record();
-    mine.expires_at_ms = now_ms() - 1;
+    // Past its lease by the monotonic clock, whatever the wall clock says.
+    mine.expires_at_ms = u64::MAX;
+    mine.stamp = Some(crate::store::Stamp {
+        lease: Duration::ZERO,
+        sent: true,
+    });
     lead(&local).won(&mine);
     assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
 }
@@ -79,11 +88,11 @@ fn an_owned_entry_past_its_lease_is_not_trusted() {
 fn someone_elses_in_progress_record_is_not_kept_but_forget_drops_completed() {
     let local = Local::default();
     let theirs = record();
-    lead(&local).exists(&theirs);
+    lead(&local).exists(&theirs, 0);
     assert_eq!(local.len(), 0);
     let leader = lead(&local);
     let _follower = local.lookup(&K);
-    leader.exists(&completed(&theirs));
+    leader.exists(&completed(&theirs), 0);
     assert!(matches!(local.lookup(&K), Lookup::Known(_)));
     local.forget(&K);
     assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
