@@ -4,7 +4,11 @@
 //! One map per process (shared by every worker through [`super::RedisEvents`]) holds, per key:
 //! - `Reserving`: a reservation is on its way to Redis. Later arrivals follow it and
 //!   take its outcome (the winner's record, or the record Redis returned) instead of
-//!   sending their own `SET NX`.
+//!   sending their own `SET NX`. Once an event about the key arrives (a completion
+//!   published by another replica), that read may predate the change, and a waiter
+//!   that registers its watch only now would never hear of it: later arrivals then go
+//!   to Redis on their own instead (a lost wake-up, found by the three-replica soak:
+//!   about 1 wait in 55 was woken only by the 1 s fallback timer).
 //! - `Owned`: this process won the key and is running it. A duplicate arriving here
 //!   learns "in progress" from that record without asking Redis: the owner is the one
 //!   process that knows for sure. Renewals keep the record current; an entry whose
@@ -42,6 +46,8 @@ enum Entry {
     Reserving {
         id: u64,
         outcome: Option<watch::Sender<Shared>>,
+        /// An event about the key arrived since the leader sent its read.
+        changed: bool,
     },
     Owned {
         record: Record,
@@ -81,6 +87,9 @@ pub(super) enum Lookup {
     Known((Record, u64)),
     /// Another reservation of this key is under way: wait for its outcome.
     Follow(watch::Receiver<Shared>),
+    /// Another reservation is under way, but the key changed since it read: go to
+    /// Redis without leading.
+    Alone,
     /// Go to Redis, then report through the guard.
     Lead(Leader),
 }
@@ -98,6 +107,7 @@ impl Local {
         let shard = self.shard(key);
         let mut map = lock(&shard.map);
         match map.get_mut(key) {
+            Some(Entry::Reserving { changed: true, .. }) => return Lookup::Alone,
             Some(Entry::Reserving { outcome, .. }) => {
                 let tx = outcome.get_or_insert_with(|| watch::channel(None).0);
                 return Lookup::Follow(tx.subscribe());
@@ -127,7 +137,12 @@ impl Local {
         let id = shard
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        map.insert(*key, Entry::Reserving { id, outcome: None });
+        let reserving = Entry::Reserving {
+            id,
+            outcome: None,
+            changed: false,
+        };
+        map.insert(*key, reserving);
         drop(map);
         self.sweep(shard);
         Lookup::Lead(Leader {
@@ -189,6 +204,26 @@ impl Local {
                     duplicates,
                 },
             );
+        }
+    }
+
+    /// An event about the key arrived (completed, released or deleted somewhere): a
+    /// reservation under way may have read it before the change, so nobody joins it
+    /// any more.
+    pub(super) fn changed(&self, key: &StoreKey) {
+        if let Some(Entry::Reserving { changed, .. }) = lock(&self.shard(key).map).get_mut(key) {
+            *changed = true;
+        }
+    }
+
+    /// As [`Local::changed`] for every key: events may have been missed.
+    pub(super) fn all_changed(&self) {
+        for shard in self.shards.iter() {
+            for entry in lock(&shard.map).values_mut() {
+                if let Entry::Reserving { changed, .. } = entry {
+                    *changed = true;
+                }
+            }
         }
     }
 
@@ -268,7 +303,7 @@ impl Leader {
     fn settle(&self, next: impl FnOnce(bool) -> Option<Entry>, record: &Record, now: u64) {
         let mut map = lock(&self.local.shard(&self.key).map);
         let outcome = match map.get_mut(&self.key) {
-            Some(Entry::Reserving { id, outcome }) if *id == self.id => outcome.take(),
+            Some(Entry::Reserving { id, outcome, .. }) if *id == self.id => outcome.take(),
             _ => return,
         };
         match next(outcome.is_some()) {

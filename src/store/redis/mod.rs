@@ -178,6 +178,7 @@ impl RedisStore {
         };
         match self.events.local.lookup(key) {
             Lookup::Known(existing) => Ok(exists(existing)),
+            Lookup::Alone => self.reserve_in_redis(key, record, ttl).await,
             Lookup::Follow(mut outcome) => {
                 // The leader's round trip is bounded (op_timeout, and as long again
                 // for WAIT). If it failed or was cancelled, go to Redis ourselves: one

@@ -73,6 +73,7 @@ pub(super) async fn run(
                     failures = 0;
                     subscribed.store(true, Ordering::Release);
                     // Anything published while a shard was not subscribed was missed.
+                    local.all_changed();
                     watchers.notify_all();
                     listen(&mut conn, &mut pushes, &watchers, &local, bound).await;
                     subscribed.store(false, Ordering::Release);
@@ -118,7 +119,10 @@ async fn listen(
                 Some(push @ PushInfo { kind: PushKind::SMessage, .. }) => on_message(&push, watchers, local),
                 // redis-rs re-subscribed a channel (slot moved, connection rebuilt):
                 // its messages may have been missed meanwhile.
-                Some(PushInfo { kind: PushKind::SSubscribe, .. }) => watchers.notify_all(),
+                Some(PushInfo { kind: PushKind::SSubscribe, .. }) => {
+                    local.all_changed();
+                    watchers.notify_all()
+                }
                 Some(PushInfo { kind: PushKind::Disconnection | PushKind::SUnsubscribe, .. }) => {
                     return
                 }

@@ -137,6 +137,7 @@ impl Subscriber {
                     failures = 0;
                     self.subscribed.store(true, Ordering::Release);
                     // Anything published while we were not subscribed was missed.
+                    self.local.all_changed();
                     self.watchers.notify_all();
                     self.listen(pubsub, master).await;
                     self.subscribed.store(false, Ordering::Release);
@@ -263,6 +264,8 @@ pub(super) fn dispatch(watchers: &Watchers, local: &Local, payload: &[u8]) {
             if deleted {
                 local.forget(&key);
             }
+            // Before the wake-up: a waiter woken now must not join a stale read.
+            local.changed(&key);
             watchers.notify(&key);
         }
         None => tracing::debug!("ignoring malformed redis event"),

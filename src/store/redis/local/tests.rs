@@ -97,3 +97,23 @@ fn someone_elses_in_progress_record_is_not_kept_but_forget_drops_completed() {
     local.forget(&K);
     assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
 }
+
+/// The lost wake-up of the three-replica soak: a completion published while a
+/// reservation's read is under way. A duplicate arriving after it registered its watch
+/// too late to hear of that completion, so it must not take the (stale) shared read.
+#[tokio::test]
+async fn after_an_event_about_the_key_later_arrivals_read_for_themselves() {
+    let local = Local::default();
+    let leader = lead(&local);
+    let Lookup::Follow(_early) = local.lookup(&K) else {
+        panic!("an arrival before the event follows")
+    };
+    local.changed(&K);
+    assert!(
+        matches!(local.lookup(&K), Lookup::Alone),
+        "an arrival after the event reads Redis itself"
+    );
+    // The leader still settles its entry for those who followed before the event.
+    leader.exists(&record(), 0);
+    assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
+}
