@@ -538,3 +538,35 @@ async fn completion_retry_outlasts_a_store_outage_shorter_than_the_lease() {
         "never executed twice"
     );
 }
+
+/// The same refusal lasting past the lease's end (1 s lease, 2.5 s outage), with no
+/// repeat in the meantime: the completion write keeps trying while the record still
+/// carries the owner's token, not only until the lease ends (SPEC §1 "One clock for
+/// every lease"), so the result idem holds is recorded instead of left unknown — and
+/// never forwarded again under `on_unknown: retry`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_retry_outlasts_the_lease_while_the_token_holds() {
+    let rig = Rig::new("reject", "1s").await;
+    rig.link.arm(Dir::Up, b"\"status\":201", Fault::Reset);
+    let first = rig.post("late", &[]).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(rig.link.fired(), 1);
+    rig.link.set(Fault::Reset);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    rig.link.set(Fault::Pass);
+    // Read through the admin, not by repeats: a repeat now would take the unknown
+    // outcome over (`on_unknown: retry`), which is what the late write must beat.
+    eventually(
+        Duration::from_secs(4),
+        "the completion recorded after the lease",
+        async || {
+            let (status, record) = rig.record("late").await;
+            status == 200 && record["state"] == "completed"
+        },
+    )
+    .await;
+    let replay = rig.post("late", &[]).await;
+    assert!(replay.replayed(), "{} {}", replay.status, replay.text());
+    assert_eq!(replay.body, first.body);
+    assert_eq!(rig.upstream.executions("charge:late"), 1, "never executed twice");
+}
