@@ -37,7 +37,7 @@ mod walk;
 mod yaml;
 
 pub use choice::Choice;
-pub use reconcile::Reconcile;
+pub use reconcile::{Found, Reconcile};
 
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};

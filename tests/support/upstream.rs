@@ -16,6 +16,8 @@
 //! `GET /lookup?key=K` is a provider's "find by idempotency key" (reconciliation): 200
 //! with `{"found": K, "executions": n, "lookup": seq}` once K was executed, else 404; a header
 //! `x-mock-lookup-status: N` forces status N (the lookup carries the repeat's headers).
+//! `GET /search?key=K` is a provider's search: always 200, `{"data": [{"key": K, …}]}`
+//! once K was executed, else `{"data": []}`; `x-mock-search-empty: true` answers empty.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -185,6 +187,22 @@ async fn handle(
                 "{\"error\":\"forced\"}",
             ),
         });
+    }
+    if path == "/search" {
+        let key = key_param(&parts.uri);
+        st.received.lock().unwrap().push(Received {
+            method: parts.method.to_string(),
+            path: format!("/search?{}", parts.uri.query().unwrap_or("")),
+            headers: parts.headers.clone(),
+            body: Bytes::new(),
+            at: Instant::now(),
+        });
+        let n = st.count(&key);
+        let body = match (n, header(&parts.headers, "x-mock-search-empty")) {
+            (0, _) | (_, Some("true")) => "{\"data\":[]}".to_owned(),
+            (n, _) => format!("{{\"data\":[{{\"key\":{key:?},\"executions\":{n}}}]}}"),
+        };
+        return Ok(full(StatusCode::OK, body));
     }
     if path == "/count" {
         let key = key_param(&parts.uri);
