@@ -39,7 +39,7 @@ const MAX_REQUEST_BYTES: usize = 64 << 20;
 
 /// Headers a resolution may not set: connection-scoped ones, the length (computed when
 /// replaying), and those carrying credentials (never stored, SPEC §1 "Stored responses").
-const REFUSED_HEADERS: [&str; 13] = [
+const REFUSED_HEADERS: [&str; 15] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -53,6 +53,8 @@ const REFUSED_HEADERS: [&str; 13] = [
     "proxy-authenticate",
     "proxy-authorization",
     "www-authenticate",
+    "authentication-info",
+    "proxy-authentication-info",
 ];
 
 const SHAPE: &str = r#"send {"outcome": "completed", "status": 201, "headers": {...}, "body": "..."} or {"outcome": "not_executed"}"#;
@@ -291,6 +293,13 @@ mod tests {
             (199, headers(&[]), None, None, 10),
             (600, headers(&[]), None, None, 10),
             (200, headers(&[("set-cookie", "a=b")]), None, None, 10),
+            (
+                200,
+                headers(&[("authentication-info", "rspauth=\"x\"")]),
+                None,
+                None,
+                10,
+            ),
             (200, headers(&[("content-length", "3")]), None, None, 10),
             (200, headers(&[("bad name", "v")]), None, None, 10),
             (200, headers(&[("x", "a\nb")]), None, None, 10),

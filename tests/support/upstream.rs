@@ -9,8 +9,8 @@
 //! - `x-mock-stall-ms: D`: send the head and one chunk, then stall D ms before the rest.
 //! - `x-mock-reset: true`: count the execution, then drop the connection unanswered.
 //! - `x-mock-echo: text`: the JSON answer carries `"echo": "text"`.
-//! - `x-mock-set-cookie: v`: answer with `Set-Cookie: v`, `X-Session-Token: v` and
-//!   `X-Charge-Id`.
+//! - `x-mock-set-cookie: v`: answer with `Set-Cookie: v`, `X-Session-Token: v`,
+//!   `Authentication-Info` and `Proxy-Authentication-Info` carrying `v`, and `X-Charge-Id`.
 //!
 //! `GET /count?key=K` answers `{"count": n}` for the `--check-url` style check.
 //! `GET /lookup?key=K` is a provider's "find by idempotency key" (reconciliation): 200
@@ -280,6 +280,11 @@ async fn handle(
             .insert("x-session-token", cookie.parse().unwrap());
         r.headers_mut()
             .insert("x-charge-id", format!("ch_{id}").parse().unwrap());
+        let info = format!("nextnonce=\"{cookie}\"");
+        r.headers_mut()
+            .insert("authentication-info", info.parse().unwrap());
+        r.headers_mut()
+            .insert("proxy-authentication-info", info.parse().unwrap());
     }
     Ok(r)
 }
