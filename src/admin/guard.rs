@@ -26,7 +26,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use bytes::Bytes;
 use http::uri::Authority;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -61,21 +60,17 @@ impl Guard {
         }
     }
 
-    /// `Ok` when `req`, from `peer`, may reach a path the guard covers; otherwise the
+    /// `None` when `req`, from `peer`, may reach a path the guard covers; otherwise the
     /// refusal to answer with.
-    pub(super) fn check<B>(&self, req: &Request<B>, peer: SocketAddr) -> Result<(), AdminResponse> {
+    pub(super) fn check<B>(&self, req: &Request<B>, peer: SocketAddr) -> Option<AdminResponse> {
         if let Some(token) = &self.token {
             // The page holds no data; everything else needs the token.
-            return match req.uri().path() == "/" || bearer_is(req, token) {
-                true => Ok(()),
-                false => Err(error(
-                    StatusCode::UNAUTHORIZED,
-                    "missing or wrong bearer token",
-                )),
-            };
+            let allowed = req.uri().path() == "/" || bearer_is(req, token);
+            let why = "missing or wrong bearer token";
+            return (!allowed).then(|| error(StatusCode::UNAUTHORIZED, why));
         }
         if self.exposed && !is_loopback(peer.ip()) {
-            return Err(refused(
+            return Some(refused(
                 "admin_token_required",
                 "Admin token required",
                 format!(
@@ -89,10 +84,10 @@ impl Guard {
         let host = addressed(req);
         let Some((host, port)) = host.as_deref().and_then(split_host) else {
             let shown = host.unwrap_or_default();
-            return Err(self.host_refused(&shown));
+            return Some(self.host_refused(&shown));
         };
         if !self.host_allowed(&host) {
-            return Err(self.host_refused(&format!("{host}:{port}")));
+            return Some(self.host_refused(&format!("{host}:{port}")));
         }
         let write = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         let origin = req.headers().get(header::ORIGIN);
@@ -102,7 +97,7 @@ impl Guard {
             });
             if !same {
                 let shown = String::from_utf8_lossy(origin.as_bytes()).into_owned();
-                return Err(refused(
+                return Some(refused(
                     "admin_origin_refused",
                     "Cross-site write refused",
                     format!(
@@ -114,7 +109,7 @@ impl Guard {
                 ));
             }
         }
-        Ok(())
+        None
     }
 
     /// `localhost`, an IP literal, or a name the operator listed.
@@ -142,7 +137,7 @@ impl Guard {
 /// A 403 `application/problem+json` (RFC 9457), as the proxy's own errors.
 fn refused(code: &'static str, title: &'static str, detail: String) -> AdminResponse {
     let problem = Problem::new(StatusCode::FORBIDDEN, code, title, detail);
-    let mut r = Response::new(Full::new(Bytes::from(problem.body())));
+    let mut r = Response::new(Full::new(problem.body()));
     *r.status_mut() = StatusCode::FORBIDDEN;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

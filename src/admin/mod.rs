@@ -129,7 +129,7 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
 async fn route(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> AdminResponse {
     let path = req.uri().path().to_owned();
     if guard::covers(&path) {
-        if let Err(refused) = admin.guard.check(&req, peer) {
+        if let Some(refused) = admin.guard.check(&req, peer) {
             return refused;
         }
     }

@@ -81,6 +81,14 @@ impl Reconcile {
                 None => return Ok(None),
             }
         }
+        // A value that is exactly `.` or `..` is `%2E` or `%2E%2E`, which the WHATWG URL
+        // parser (browsers, Node's `URL`) still reads as a dot segment: no lookup then
+        // (it fails, and the outcome stays unknown for a person to settle).
+        let path = out.split('?').next().unwrap_or_default();
+        let dots = |s: &str| s.eq_ignore_ascii_case("%2e") || s.eq_ignore_ascii_case("%2e%2e");
+        if path.split('/').any(dots) {
+            return Ok(None);
+        }
         Ok(Some(out))
     }
 
@@ -280,9 +288,31 @@ mod tests {
     #[test]
     fn a_key_is_always_one_segment_never_a_dot_segment() {
         let r = lookup("/v1/charges/{key}/status", None);
-        assert_eq!(render(&r, ".."), "/v1/charges/%2E%2E/status");
-        assert_eq!(render(&r, "."), "/v1/charges/%2E/status");
+        assert_eq!(render(&r, "..."), "/v1/charges/%2E%2E%2E/status");
+        assert_eq!(render(&r, "../x"), "/v1/charges/%2E%2E%2Fx/status");
         assert_eq!(render(&r, "a.b-c_d~e"), "/v1/charges/a%2Eb-c_d~e/status");
+        // Exactly `.` or `..`: a dot segment to WHATWG parsers even encoded; no lookup.
+        let view_of = |key: &str| {
+            let body = crate::body::BodyView::new(bytes::Bytes::new());
+            let view = RequestView {
+                method: &Method::POST,
+                route: "r",
+                captures: &Default::default(),
+                query: None,
+                headers: &Default::default(),
+                body: &body,
+                mcp: None,
+            };
+            r.render(key, &view).unwrap()
+        };
+        assert_eq!(view_of(".."), None);
+        assert_eq!(view_of("."), None);
+        let q = lookup("/v1/search?k={key}", None);
+        assert_eq!(
+            render(&q, ".."),
+            "/v1/search?k=%2E%2E",
+            "a query value is no segment"
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 use super::*;
 
 fn guard(token: Option<&str>, allowed: &[&str], bound: &str) -> Guard {
-    let mut config = AdminConfig::default();
-    config.token = token.map(str::to_owned);
-    config.allowed_hosts = allowed.iter().map(|h| h.to_string()).collect();
+    let config = AdminConfig {
+        token: token.map(str::to_owned),
+        allowed_hosts: allowed.iter().map(|h| h.to_string()).collect(),
+        ..AdminConfig::default()
+    };
     Guard::new(&config, bound.parse().unwrap())
 }
 
@@ -17,8 +19,8 @@ fn req(method: &str, path: &str, headers: &[(&str, &str)]) -> Request<()> {
 
 const LOCAL: &str = "127.0.0.1:50000";
 
-fn code(result: Result<(), AdminResponse>) -> Option<String> {
-    let r = result.err()?;
+fn code(refusal: Option<AdminResponse>) -> Option<String> {
+    let r = refusal?;
     let body =
         futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(r.into_body()))
             .and_then(Result::ok)
