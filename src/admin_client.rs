@@ -1,5 +1,5 @@
 //! The client side of `idem keys`: one request to the admin API per command, and the
-//! table `idem keys unknown` prints.
+//! table `idem keys unknown` prints (every cell through [`crate::terminal::escape`]).
 
 use std::time::SystemTime;
 
@@ -13,6 +13,7 @@ use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 
 use crate::cli::{KeysArgs, ResolveArgs};
+use crate::terminal::escape;
 
 fn enc(s: &str) -> String {
     utf8_percent_encode(s, NON_ALPHANUMERIC).to_string()
@@ -144,11 +145,10 @@ pub fn unknown_table(listing: &Value) -> String {
         _ => "-".to_owned(),
     };
     let row = |i: &Value| {
+        // Keys and scopes come from callers or the store: never raw to the terminal.
         let text = |f: &str| {
-            i[f].as_str()
-                .filter(|s| !s.is_empty())
-                .unwrap_or("-")
-                .to_owned()
+            let value = i[f].as_str().filter(|s| !s.is_empty()).unwrap_or("-");
+            escape(value).into_owned()
         };
         let lease = i
             .get("lease_ended_at")
@@ -224,5 +224,18 @@ mod tests {
             unknown_table(&json!({"unknown": []})),
             "no unknown outcomes\n"
         );
+    }
+
+    #[test]
+    fn cells_show_control_characters_escaped() {
+        let listing = json!({"unknown": [{"route": "charge", "key": "k\u{1b}[2J\nx",
+            "scope": "\u{9b}31m", "attempt": 1, "state": "unknown"}]});
+        let table = unknown_table(&listing);
+        assert!(
+            !table.chars().any(|c| c == '\x1b' || c == '\u{9b}'),
+            "{table:?}"
+        );
+        assert!(table.contains("k\\u{1b}[2J\\u{a}x  \\u{9b}31m"), "{table}");
+        assert_eq!(table.lines().count(), 2, "a newline in a key is no new row");
     }
 }

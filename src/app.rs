@@ -75,9 +75,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let admin = Arc::new(Admin {
         control: control.clone(),
         stores,
-        token: config.admin.token.clone(),
+        guard: admin::Guard::new(&config.admin, admin_addr),
         draining: Default::default(),
         store_timeout: readiness_timeout(&config.store),
+        header_read_timeout: config.server.header_read_timeout,
     });
     // The admin listener outlives the drain, so probes see "draining" (not a refused
     // connection) and metrics stay scrapeable until the end.

@@ -23,7 +23,8 @@
 //! - [`server`], [`workers`]: the proxy listener, per-worker runtimes, connection limits,
 //!   graceful drain.
 //! - [`admin`], [`admin_client`]: health, readiness, metrics and key admin on a separate
-//!   listener, and the CLI that talks to it.
+//!   listener, and the CLI that talks to it; [`terminal`]: what it prints, with control
+//!   characters made visible.
 //! - [`app`]: putting it together (start, reload, shutdown); [`cli`], [`signal`],
 //!   [`telemetry`], [`traces`], [`metrics`], [`tls`]: the process around it.
 //! - [`time_bound`] (a time bound whose timer starts only when a step waits) and
@@ -51,6 +52,7 @@ pub mod signal;
 pub mod store;
 pub mod telemetry;
 pub mod template;
+pub mod terminal;
 pub mod time_bound;
 pub mod tls;
 pub mod traces;

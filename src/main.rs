@@ -177,9 +177,12 @@ async fn keys(args: KeysArgs) -> ExitCode {
             Ok((http::StatusCode::OK, idem::store::seal::new_key_base64()))
         }
     };
+    // What the admin API says comes from the store (keys, scopes, stored bodies, the
+    // `error` of a refusal): control characters are shown, not sent to the terminal.
+    use idem::terminal::escape_lines;
     match answer {
         Ok((status, text)) => {
-            println!("{}", text.trim_end());
+            println!("{}", escape_lines(text.trim_end()));
             if status.is_success() {
                 ExitCode::SUCCESS
             } else {
@@ -187,7 +190,7 @@ async fn keys(args: KeysArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("idem: {e}");
+            eprintln!("idem: {}", escape_lines(&e));
             ExitCode::FAILURE
         }
     }

@@ -97,6 +97,24 @@ async fn resolved_by_keyboard_the_repeat_is_a_replay_of_it() {
     );
 }
 
+/// A key is one path segment in the console's resolve URL, even `..` (which
+/// `encodeURIComponent` leaves as it is, and the URL parser would resolve away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dot_segment_key_is_resolved_as_itself() {
+    let env = Env::new(Backend::redis()).await;
+    let idem = idem(&env, None).await;
+    unknown(&env.backend.instance().await, "..").await;
+    browser::scenario("resolve-completed", &idem.admin_url(""), &["charge", ".."]).await;
+    let record = send("GET", &idem.admin_url("/v1/keys/charge/%2E%2E"), &[], "")
+        .await
+        .json();
+    assert_eq!(
+        (record["state"].clone(), record["settled"].clone()),
+        (json!("completed"), json!("resolved")),
+        "{record}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_the_confirmation_sends_nothing() {
     let env = Env::new(Backend::redis()).await;

@@ -100,6 +100,12 @@ async fn credential_headers_are_never_stored(backend: Backend) {
         "the first caller gets every header"
     );
     assert_eq!(first.header("x-session-token"), Some(COOKIE));
+    for name in ["authentication-info", "proxy-authentication-info"] {
+        assert!(
+            first.header(name).is_some_and(|v| v.contains(COOKIE)),
+            "{name}"
+        );
+    }
     let raw = raw_store(&env);
     assert!(
         !raw.contains("c00k1e-S3CRET"),
@@ -121,6 +127,13 @@ async fn credential_headers_are_never_stored(backend: Backend) {
         None,
         "excluded by the route"
     );
+    for name in ["authentication-info", "proxy-authentication-info"] {
+        assert_eq!(
+            replay.header(name),
+            None,
+            "{name} carries credentials (RFC 9110 §11.6.3)"
+        );
+    }
     assert!(replay.header("x-charge-id").is_some());
     assert_eq!(replay.body, first.body);
 }

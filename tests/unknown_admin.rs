@@ -612,3 +612,41 @@ async fn cli_lists_and_resolves() {
     let (code, out) = tokio::task::block_in_place(|| cli(&["unknown"]));
     assert_eq!((code, out.trim()), (Some(0), "no unknown outcomes"));
 }
+
+/// Keys and scopes come from callers (a scope can be any JSON string of a body) or from
+/// the store: `idem keys` shows their control characters, it never sends them to the
+/// operator's terminal (an ESC there recolours, hides or rewrites what is shown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_output_shows_control_characters_escaped() {
+    let (env, idem) = env().await;
+    let store = env.backend.instance().await;
+    let (scope, key) = ("acme\u{1b}[2J", "refund:\u{1b}]0;pwned\u{7}\u{9b}31m");
+    unknown_now(&store, "refund", scope, key).await;
+    let admin = admin_url(&idem, "");
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .arg("keys")
+            .args(args)
+            .args(["--admin", &admin, "--token", "s3cret"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = tokio::task::block_in_place(|| cli(&["unknown"]));
+    let record =
+        tokio::task::block_in_place(|| cli(&["get", "--route", "refund", "--scope", scope, key]));
+    for out in [&table, &record] {
+        let raw: Vec<char> = out
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect();
+        assert!(raw.is_empty(), "raw control characters {raw:?} in {out:?}");
+    }
+    assert!(
+        table.contains("refund:\\u{1b}]0;pwned\\u{7}\\u{9b}31m"),
+        "{table}"
+    );
+    assert!(table.contains("acme\\u{1b}[2J"), "{table}");
+    assert!(record.contains("\\u{9b}31m"), "{record}");
+}

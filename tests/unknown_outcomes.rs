@@ -10,6 +10,7 @@
 //! - `retry`: forwarded again with the same key within `upstream_key_window`, 409 past it.
 //!
 //! The memory store gets there through an upstream timeout (`on_ambiguous: hold`).
+//! A search lookup (`found_json`): its empty 200 is absent, not found.
 
 mod support;
 
@@ -278,6 +279,59 @@ async fn memory_timeout_is_an_unknown_outcome_settled_by_reconciliation() {
     assert!(r.replayed(), "{} {}", r.status, r.text());
     assert_eq!(r.header("idempotent-reconciled"), Some("true"));
     assert_eq!(env.upstream.executions("charge:t1"), 1);
+}
+
+const SEARCH: &str = "    on_unknown: reconcile\n    reconcile:\n      path: \"/search?key={key}\"\n      found: [200]\n      found_json: /data/0\n      absent: [200, 404]\n      timeout: 1s\n";
+
+/// A search answers 200 whether it found the attempt or not: only an answer with the
+/// attempt at `found_json` is its outcome; an empty one is absent, and the repeat is
+/// forwarded (once, same key) instead of being answered `{"data": []}` forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_lookup_found_only_with_the_attempt_in_it() {
+    let env = Env::new(Backend::memory()).await;
+    let p = IdemProcess::spawn(&yaml(&env, "500ms", SEARCH)).await;
+    for id in ["s.1", "s.2"] {
+        let first = post(
+            &p.url(&format!("/invoices/{id}/charge")),
+            &[("x-mock-delay-ms", "3000")],
+            "{}",
+        )
+        .await;
+        assert_eq!(first.status, 504, "{}", first.text());
+    }
+    // s.1 executed and the search says so: its answer is the outcome.
+    let found = repeat_after_the_lease(&p, "s.1", &[]).await;
+    assert!(found.replayed(), "{} {}", found.status, found.text());
+    assert_eq!(found.header("idempotent-reconciled"), Some("true"));
+    assert_eq!(found.json()["data"][0]["key"], "charge:s.1");
+    assert_eq!(
+        env.upstream.executions("charge:s.1"),
+        1,
+        "nothing forwarded"
+    );
+    // s.2's search comes back empty: absent, so forwarded once more with its key.
+    let empty = [("x-mock-search-empty", "true")];
+    let absent = repeat_after_the_lease(&p, "s.2", &empty).await;
+    assert_eq!(
+        (absent.status, absent.replayed()),
+        (201, false),
+        "{}",
+        absent.text()
+    );
+    assert_eq!(absent.json()["key"], "charge:s.2");
+    assert_eq!(env.upstream.executions("charge:s.2"), 2);
+    // The key went into the query whole, its dots encoded.
+    let searched: Vec<_> = env
+        .upstream
+        .received()
+        .into_iter()
+        .map(|r| r.path)
+        .filter(|p| p.starts_with("/search"))
+        .collect();
+    assert!(
+        searched.contains(&"/search?key=charge%3As%2E2".to_owned()),
+        "{searched:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
 //! `/v1/keys/{route}/{key}[?scope=…]`: inspect (`GET`, `&body=true` for the stored body),
 //! release (`DELETE`) or resolve (`POST …/resolve`, `resolve.rs`) one key (SPEC §6, §1).
+//! The key may be given as `?key=` instead (`/v1/keys/{route}?key=K`,
+//! `/v1/keys/{route}/resolve?key=K`), for keys a browser cannot put in a path.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -22,15 +24,26 @@ pub(super) struct KeyRef {
 pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(str::to_owned);
-    let Some((route, key)) = path["/v1/keys/".len()..].split_once('/') else {
-        return error(StatusCode::NOT_FOUND, "use /v1/keys/{route}/{key}");
+    let rest = &path["/v1/keys/".len()..];
+    let post = req.method() == Method::POST;
+    // `?key=` names the key instead of the path: a key `.` or `..` cannot be a path
+    // segment in a browser (the URL standard resolves it away even percent-encoded), so
+    // the console sends every key this way.
+    let (route, key, resolving) = match (rest.split_once('/'), param(query.as_deref(), "key")) {
+        (None, Some(key)) => (decode(rest), key, false),
+        (Some((route, "resolve")), Some(key)) if post => (decode(route), key, true),
+        (Some(_), Some(_)) => {
+            let message = "give the key in the path or as ?key=, not both: \
+                           /v1/keys/{route}?key=K, POST /v1/keys/{route}/resolve?key=K";
+            return error(StatusCode::BAD_REQUEST, message);
+        }
+        (None, None) => return error(StatusCode::NOT_FOUND, "use /v1/keys/{route}/{key}"),
+        // A key is URL-encoded in the path, so a literal `/resolve` ending is the action.
+        (Some((route, key)), None) => match key.strip_suffix("/resolve") {
+            Some(key) if post => (decode(route), decode(key), true),
+            _ => (decode(route), decode(key), false),
+        },
     };
-    // A key is URL-encoded in the path, so a literal `/resolve` ending is the action.
-    let (key, resolving) = match (req.method(), key.strip_suffix("/resolve")) {
-        (&Method::POST, Some(key)) => (key, true),
-        _ => (key, false),
-    };
-    let (route, key) = (decode(route), decode(key));
     let scope = param(query.as_deref(), "scope").unwrap_or_default();
     let with_body = param(query.as_deref(), "body").is_some_and(|v| v == "true");
     let at = KeyRef {

@@ -12,17 +12,27 @@
 //! - `GET /v1/unknown[?route=…][&limit=…][&include=inflight]`: unknown outcomes (and
 //!   intents in flight) from the store (`unknown.rs`).
 //!
-//! Everything under `/v1/keys/` and `/v1/unknown` honours `admin.token`. The console
-//! page itself holds no data and asks for the token when the API answers 401.
+//! Everything under `/v1/keys/` and `/v1/unknown`, and the console, is behind the
+//! [`Guard`] (`guard.rs`): `admin.token` when set (the console page itself holds no data
+//! and asks for the token when the API answers 401); without one, loopback peers only on
+//! an exposed listener, no foreign `Host` (DNS rebinding) and no cross-site writes.
+//!
+//! At most [`MAX_CONNECTIONS`] connections are open at once (more wait in the kernel's
+//! backlog), and each must send its request head within `server.header_read_timeout`,
+//! so a flood of idle connections cannot starve the kubelet's probes for long.
 
 mod console;
+mod guard;
 mod keys;
 mod reply;
 mod resolve;
 mod unknown;
 
+pub use self::guard::Guard;
+
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,10 +40,11 @@ use std::time::Duration;
 use http::{header, Method, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 pub use self::keys::describe;
 use self::reply::{error, json_response, text, AdminResponse};
@@ -42,14 +53,22 @@ use crate::proxy::Control;
 use crate::store::task::AbortOnDrop;
 use crate::store::{Store, StoreError};
 
+/// Connections the admin listener serves at once. Its clients are a few: the kubelet's
+/// probes, a scraper, an operator. The limit keeps a flood of connections from taking
+/// the process's file descriptors, as `server.max_connections` does for the proxy.
+pub const MAX_CONNECTIONS: usize = 64;
+
 /// Shared admin state.
 pub struct Admin {
     pub control: Control,
     /// Every worker's store handle (one map, shared, for the memory store).
     pub stores: Vec<Store>,
-    pub token: Option<String>,
+    /// Who may read and change records (`admin.token`, or the checks that stand in).
+    pub guard: Guard,
     pub draining: AtomicBool,
     pub store_timeout: Duration,
+    /// How long a connection may take to send a request head (`server.header_read_timeout`).
+    pub header_read_timeout: Duration,
 }
 
 /// Serve the admin API until `shutdown` resolves; meanwhile count unknown outcomes
@@ -60,11 +79,20 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
     metrics.declare_routes(routes.iter().map(|r| r.name.as_str()));
     let counting = unknown::keep_counting(admin.clone(), unknown::COUNT_EVERY);
     let _counting = AbortOnDrop(tokio::spawn(counting));
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        // A slot first: at the limit, new connections wait in the kernel's backlog.
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            _ = &mut shutdown => return,
+        };
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 // Out of file descriptors (EMFILE) must not spin this loop.
                 Err(e) => {
                     crate::server::accept_error(e).await;
@@ -75,22 +103,35 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
         };
         let admin = admin.clone();
         tokio::spawn(async move {
+            let _permit = permit;
+            let timeout = admin.header_read_timeout;
             let service = service_fn(move |req| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(route(&admin, req).await) }
+                async move { Ok::<_, Infallible>(route(&admin, req, peer).await) }
             });
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            // The first bytes within the timeout (the auto builder's protocol detection
+            // has none), then every request head within it too.
+            let mut stream = stream;
+            let Some(first) = crate::server::first_bytes(&mut stream, timeout).await else {
+                return;
+            };
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeout);
+            let io = TokioIo::new(crate::server::Prefixed::new(first, stream));
+            let _ = builder.serve_connection(io, service).await;
         });
     }
 }
 
-async fn route(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
+async fn route(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> AdminResponse {
     let path = req.uri().path().to_owned();
-    let guarded = path.starts_with("/v1/keys/") || path == "/v1/unknown";
-    if guarded && !authorized(admin, &req) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    if guard::covers(&path) {
+        if let Some(refused) = admin.guard.check(&req, peer) {
+            return refused;
+        }
     }
     match (req.method(), path.as_str()) {
         (&Method::GET, "/") => console::page(),
@@ -146,22 +187,6 @@ async fn ready(admin: &Admin) -> AdminResponse {
             "store unavailable: timeout\n",
         ),
     }
-}
-
-fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
-    let Some(token) = &admin.token else {
-        return true;
-    };
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// PING until it answers or `budget` is spent (then the last error).

@@ -32,13 +32,21 @@ use super::Admin;
 use crate::metrics::Resolution;
 use crate::store::{Settled, StoredResponse};
 
-/// The largest resolution accepted: a body up to any sane `max_response_bytes`, even
-/// base64- or JSON-escaped. Each route's own limit applies to the decoded body.
-const MAX_REQUEST_BYTES: usize = 64 << 20;
+/// Room in a resolution for its JSON around the body: outcome, status, headers.
+const ENVELOPE_BYTES: usize = 64 << 10;
+
+/// The largest resolution read for a route whose responses are kept up to `max_body`
+/// bytes: that body twice over (base64 adds a third; JSON escapes of quotes and line
+/// breaks double what they escape) plus the envelope. Read with this cap, not read
+/// whole and measured after: a client cannot make idem buffer more than the route
+/// could ever store. A text body that escapes to more fits as `body_base64`.
+fn read_limit(max_body: usize) -> usize {
+    max_body.saturating_mul(2).saturating_add(ENVELOPE_BYTES)
+}
 
 /// Headers a resolution may not set: connection-scoped ones, the length (computed when
 /// replaying), and those carrying credentials (never stored, SPEC §1 "Stored responses").
-const REFUSED_HEADERS: [&str; 13] = [
+const REFUSED_HEADERS: [&str; 15] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -52,6 +60,8 @@ const REFUSED_HEADERS: [&str; 13] = [
     "proxy-authenticate",
     "proxy-authorization",
     "www-authenticate",
+    "authentication-info",
+    "proxy-authentication-info",
 ];
 
 const SHAPE: &str = r#"send {"outcome": "completed", "status": 201, "headers": {...}, "body": "..."} or {"outcome": "not_executed"}"#;
@@ -84,13 +94,26 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         let message = format!("no route named {:?} in the loaded configuration", at.route);
         return error(StatusCode::NOT_FOUND, message);
     };
-    let Ok(body) = Limited::new(req.into_body(), MAX_REQUEST_BYTES)
-        .collect()
-        .await
-    else {
-        let message =
-            format!("the resolution is larger than {MAX_REQUEST_BYTES} bytes or was cut off");
-        return error(StatusCode::PAYLOAD_TOO_LARGE, message);
+    let limit = read_limit(policy.max_response_bytes);
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let too_large = || {
+        let message = format!(
+            "the resolution is larger than {limit} bytes (twice route {:?}'s \
+             max_response_bytes, plus 64 KiB), or was cut off; send a large text body as \
+             body_base64",
+            at.route
+        );
+        error(StatusCode::PAYLOAD_TOO_LARGE, message)
+    };
+    // Refused before a byte of it is read when its length says so.
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large();
+    }
+    let Ok(body) = Limited::new(req.into_body(), limit).collect().await else {
+        return too_large();
     };
     let asked = match serde_json::from_slice::<Asked>(&body.to_bytes()) {
         Ok(asked) => asked,
@@ -286,6 +309,13 @@ mod tests {
             (199, headers(&[]), None, None, 10),
             (600, headers(&[]), None, None, 10),
             (200, headers(&[("set-cookie", "a=b")]), None, None, 10),
+            (
+                200,
+                headers(&[("authentication-info", "rspauth=\"x\"")]),
+                None,
+                None,
+                10,
+            ),
             (200, headers(&[("content-length", "3")]), None, None, 10),
             (200, headers(&[("bad name", "v")]), None, None, 10),
             (200, headers(&[("x", "a\nb")]), None, None, 10),

@@ -55,6 +55,7 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: ADMIN_LISTEN,
             token: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }

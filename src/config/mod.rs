@@ -37,7 +37,7 @@ mod walk;
 mod yaml;
 
 pub use choice::Choice;
-pub use reconcile::Reconcile;
+pub use reconcile::{Found, Reconcile};
 
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};
@@ -100,6 +100,9 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// When set, key admin requires `Authorization: Bearer <token>`.
     pub token: Option<String>,
+    /// Without a token: `Host` names served besides `localhost` and IP literals (the
+    /// DNS-rebinding guard, `admin/guard.rs`), lowercase.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `telemetry`: where traces go. Each field, when set, wins over its `OTEL_*`

@@ -6,11 +6,21 @@
 //!   method: GET                                            # default GET
 //!   path: "/v1/charges/search?idempotency_key={key}"       # required
 //!   found: [200]                                           # default [200]
-//!   absent: [404]                                          # default [404]
+//!   found_json: /data/0                                    # optional
+//!   absent: [200, 404]                                     # default [404]
 //!   timeout: 2s                                            # default 2s
 //! ```
-//! `{key}` is the upstream key as it was forwarded (URL-encoded); the other
-//! placeholders are those of keys, read from the original request (also URL-encoded).
+//! `{key}` is the upstream key as it was forwarded (percent-encoded); the other
+//! placeholders are those of keys, read from the original request (also encoded).
+//! Every byte outside the unreserved set is encoded, and so is `.`: a value is always
+//! one whole path segment, never `.` or `..` (which would climb out of the lookup's
+//! path, e.g. key `..` turning `/v1/charges/{key}/status` into `/v1/status`).
+//!
+//! `found_json` is for search endpoints, whose "nothing found" is a 200 with an empty
+//! list: an RFC 6901 pointer that must exist in the JSON answer and be neither null nor
+//! empty (`[]`, `{}`, `""`) for the answer to count as found. Otherwise the answer counts
+//! as absent when its status is listed in `absent` (a status may then be in both), else
+//! the outcome stays unknown.
 
 use std::time::Duration;
 
@@ -30,6 +40,8 @@ pub struct Reconcile {
     source: String,
     /// "It happened": this response is the outcome.
     pub found: Vec<u16>,
+    /// With `found`: where in the JSON answer the attempt must appear (RFC 6901).
+    pub found_json: Option<String>,
     /// "It never happened": forward again.
     pub absent: Vec<u16>,
     pub timeout: Duration,
@@ -69,23 +81,83 @@ impl Reconcile {
                 None => return Ok(None),
             }
         }
+        // A value that is exactly `.` or `..` is `%2E` or `%2E%2E`, which the WHATWG URL
+        // parser (browsers, Node's `URL`) still reads as a dot segment: no lookup then
+        // (it fails, and the outcome stays unknown for a person to settle).
+        let path = out.split('?').next().unwrap_or_default();
+        let dots = |s: &str| s.eq_ignore_ascii_case("%2e") || s.eq_ignore_ascii_case("%2e%2e");
+        if path.split('/').any(dots) {
+            return Ok(None);
+        }
         Ok(Some(out))
     }
 
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// What a lookup's answer with a `found` status says, read with `found_json`:
+    /// `body` is the answer's body (`None` when it was larger than the route keeps).
+    pub fn read_found(&self, body: Option<&[u8]>) -> Found {
+        let Some(pointer) = &self.found_json else {
+            return Found::Yes;
+        };
+        let Some(body) = body else {
+            return Found::Unreadable("the answer was too large to read".to_owned());
+        };
+        let value: serde_json::Value = match serde_json::from_slice(body) {
+            Ok(value) => value,
+            Err(e) => return Found::Unreadable(format!("the answer is not JSON ({e})")),
+        };
+        let empty = match value.pointer(pointer) {
+            None | Some(serde_json::Value::Null) => true,
+            Some(serde_json::Value::Array(a)) => a.is_empty(),
+            Some(serde_json::Value::Object(o)) => o.is_empty(),
+            Some(serde_json::Value::String(s)) => s.is_empty(),
+            Some(_) => false,
+        };
+        if empty {
+            Found::Empty
+        } else {
+            Found::Yes
+        }
+    }
 }
 
-/// A value placed in a URL's path or query: everything but unreserved characters
-/// percent-encoded.
+/// A `found` answer, read with `found_json`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The attempt is in the answer (or there is no `found_json`): it happened.
+    Yes,
+    /// The pointer is missing, null or empty: nothing found.
+    Empty,
+    /// Not JSON, or not kept: says neither.
+    Unreadable(String),
+}
+
+/// A value placed in a URL's path or query: every byte outside the unreserved set
+/// percent-encoded, and `.` too, so that the value is never a `.` or `..` segment.
 fn push_encoded(out: &mut String, value: &str) {
     const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
         .remove(b'-')
         .remove(b'_')
-        .remove(b'.')
         .remove(b'~');
     out.extend(percent_encoding::utf8_percent_encode(value, SET));
+}
+
+/// An RFC 6901 JSON pointer: empty (the whole answer) or `/`-separated tokens in
+/// which `~` is only ever `~0` or `~1`.
+fn json_pointer(text: &str) -> Result<String, String> {
+    let bad_tilde = text
+        .split('~')
+        .skip(1)
+        .any(|rest| !rest.starts_with('0') && !rest.starts_with('1'));
+    if !(text.is_empty() || text.starts_with('/')) || bad_tilde {
+        return Err(format!(
+            "invalid JSON pointer {text:?}: RFC 6901, e.g. /data/0 (`~0` for ~, `~1` for /)"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 /// Read a `reconcile:` map.
@@ -94,14 +166,14 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
         w.error(
             node.pos,
             path,
-            "expected a map with method, path, found, absent, timeout",
+            "expected a map with method, path, found, found_json, absent, timeout",
         );
         return None;
     }
     let f = w.fields(
         node,
         path,
-        &["method", "path", "found", "absent", "timeout"],
+        &["method", "path", "found", "found_json", "absent", "timeout"],
     );
     let method = w.field(&f, "method", values::method);
     let parts = w.field(&f, "path", |text| {
@@ -129,22 +201,39 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
         codes
     };
     let found = statuses(w, "found", 200);
+    let found_json = w.field(&f, "found_json", json_pointer).map(|p| p.value);
     let absent = statuses(w, "absent", 404);
-    if let Some(both) = found.iter().find(|c| absent.contains(c)) {
+    // Without `found_json` a status in both lists would mean two things at once; with
+    // it, an empty answer with that status is absent and a non-empty one found.
+    let both = found.iter().find(|c| absent.contains(c));
+    if let (Some(both), None) = (both, &found_json) {
         w.error(
             node.pos,
             path,
-            format!("status {both} is in both found and absent"),
+            format!(
+                "status {both} is in both found and absent; give found_json to tell an \
+                 empty answer from one that found the attempt"
+            ),
         );
     }
     let timeout = w.duration(&f, "timeout").map_or(TIMEOUT, |t| t.value);
     let (path_parts, source) = parts?.value;
+    if source.contains('?') && found_json.is_none() {
+        w.warn(
+            node.pos,
+            path,
+            "a lookup with a query string is usually a search, whose empty answer is a \
+             200 too: with only a status rule, that empty 200 counts as found and replaces \
+             the outcome; add found_json (e.g. /data/0) naming where the attempt must appear",
+        );
+    }
     Some(At {
         value: Reconcile {
             method: method.map_or(Method::GET, |m| m.value),
             path: path_parts,
             source,
             found,
+            found_json,
             absent,
             timeout,
         },
@@ -157,17 +246,19 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_upstream_key_is_encoded_between_the_parts() {
-        let parts = Reconcile::parse_path("/v1/charges/search?idempotency_key={key}").unwrap();
-        let r = Reconcile {
+    fn lookup(path: &str, found_json: Option<&str>) -> Reconcile {
+        Reconcile {
             method: Method::GET,
-            path: parts,
-            source: String::new(),
+            path: Reconcile::parse_path(path).unwrap(),
+            source: path.to_owned(),
             found: vec![200],
+            found_json: found_json.map(str::to_owned),
             absent: vec![404],
             timeout: TIMEOUT,
-        };
+        }
+    }
+
+    fn render(r: &Reconcile, key: &str) -> String {
         let body = crate::body::BodyView::new(bytes::Bytes::new());
         let view = RequestView {
             method: &Method::POST,
@@ -178,14 +269,91 @@ mod tests {
             body: &body,
             mcp: None,
         };
-        let path = r.render("charge:inv 1/x", &view).unwrap().unwrap();
+        r.render(key, &view).unwrap().unwrap()
+    }
+
+    #[test]
+    fn the_upstream_key_is_encoded_between_the_parts() {
+        let r = lookup("/v1/charges/search?idempotency_key={key}", None);
         assert_eq!(
-            path,
+            render(&r, "charge:inv 1/x"),
             "/v1/charges/search?idempotency_key=charge%3Ainv%201%2Fx"
         );
         assert!(Reconcile::parse_path("/v1/charges")
             .unwrap_err()
             .contains("{key}"));
         assert!(Reconcile::parse_path("v1?k={key}").is_err());
+    }
+
+    #[test]
+    fn a_key_is_always_one_segment_never_a_dot_segment() {
+        let r = lookup("/v1/charges/{key}/status", None);
+        assert_eq!(render(&r, "..."), "/v1/charges/%2E%2E%2E/status");
+        assert_eq!(render(&r, "../x"), "/v1/charges/%2E%2E%2Fx/status");
+        assert_eq!(render(&r, "a.b-c_d~e"), "/v1/charges/a%2Eb-c_d~e/status");
+        // Exactly `.` or `..`: a dot segment to WHATWG parsers even encoded; no lookup.
+        let view_of = |key: &str| {
+            let body = crate::body::BodyView::new(bytes::Bytes::new());
+            let view = RequestView {
+                method: &Method::POST,
+                route: "r",
+                captures: &Default::default(),
+                query: None,
+                headers: &Default::default(),
+                body: &body,
+                mcp: None,
+            };
+            r.render(key, &view).unwrap()
+        };
+        assert_eq!(view_of(".."), None);
+        assert_eq!(view_of("."), None);
+        let q = lookup("/v1/search?k={key}", None);
+        assert_eq!(
+            render(&q, ".."),
+            "/v1/search?k=%2E%2E",
+            "a query value is no segment"
+        );
+    }
+
+    #[test]
+    fn found_json_needs_a_non_empty_value_at_the_pointer() {
+        let r = lookup("/v1/charges/search?k={key}", Some("/data/0"));
+        let read = |body: &str| r.read_found(Some(body.as_bytes()));
+        assert_eq!(read(r#"{"data":[{"id":"ch_1"}]}"#), Found::Yes);
+        assert_eq!(read(r#"{"data":["x"]}"#), Found::Yes);
+        assert_eq!(
+            read(r#"{"data":[0]}"#),
+            Found::Yes,
+            "0 and false are values"
+        );
+        for empty in [
+            r#"{"data":[]}"#,
+            r#"{"data":[null]}"#,
+            r#"{"data":[{}]}"#,
+            r#"{"data":[""]}"#,
+            r#"{"data":[[]]}"#,
+            r#"{}"#,
+            r#"[]"#,
+        ] {
+            assert_eq!(read(empty), Found::Empty, "{empty}");
+        }
+        assert!(matches!(read("<html>"), Found::Unreadable(_)));
+        assert!(matches!(r.read_found(None), Found::Unreadable(_)));
+        let plain = lookup("/v1/charges/{key}", None);
+        assert_eq!(
+            plain.read_found(Some(b"[]")),
+            Found::Yes,
+            "status rule only"
+        );
+    }
+
+    #[test]
+    fn pointers_follow_rfc_6901() {
+        for good in ["", "/data/0", "/a~1b/~0c", "/"] {
+            assert_eq!(json_pointer(good).as_deref(), Ok(good));
+        }
+        for bad in ["data/0", "/a~2", "/a~"] {
+            assert!(json_pointer(bad).is_err(), "{bad}");
+        }
     }
 }

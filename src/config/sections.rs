@@ -140,7 +140,7 @@ pub fn parse_workers(text: &str) -> Result<Option<usize>, String> {
 pub(crate) fn admin(w: &mut Walker<'_>, node: Option<&Node>) -> AdminConfig {
     let mut cfg = AdminConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(node, "admin", &["listen", "token"]);
+    let f = w.fields(node, "admin", &["listen", "token", "allowed_hosts"]);
     set(
         &mut cfg.listen,
         w.field(&f, "listen", parse_listen).map(|a| a.value),
@@ -150,7 +150,39 @@ pub(crate) fn admin(w: &mut Walker<'_>, node: Option<&Node>) -> AdminConfig {
         .string(&f, "token")
         .map(|a| a.value)
         .filter(|t| !t.is_empty());
+    if let Some(list) = f.get("allowed_hosts") {
+        for (item_path, item) in w.list(list, &f.path("allowed_hosts")) {
+            let host = w.parsed(item, &item_path, allowed_host);
+            cfg.allowed_hosts.extend(host.map(|h| h.value));
+        }
+    }
     cfg
+}
+
+/// One `admin.allowed_hosts` entry: a DNS name as a browser sends it in `Host`, without
+/// a port (any port of that name is accepted), lowercase.
+pub fn allowed_host(text: &str) -> Result<String, String> {
+    let host = text.trim().to_ascii_lowercase();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if host.contains('*') {
+        return Err(format!(
+            "invalid host {text:?}: no wildcards; list each name the admin listener is \
+             reached by"
+        ));
+    }
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err(format!(
+            "invalid host {text:?}: a DNS name without scheme or port, e.g. \
+             idem-admin.internal (localhost and IP literals are always accepted)"
+        ));
+    }
+    Ok(host)
 }
 
 /// `None` when the section or its URL is missing or invalid (already reported).

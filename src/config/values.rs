@@ -117,7 +117,9 @@ pub fn route_name(text: &str) -> Result<String, String> {
         && text.len() <= 64
         && text
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        // `.` and `..` would be dot segments in admin URLs.
+        && !matches!(text, "." | "..");
     if ok {
         Ok(text.to_string())
     } else {

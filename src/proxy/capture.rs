@@ -8,14 +8,23 @@ use http::{header, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::RoutePolicy;
 
+/// `Authentication-Info` (RFC 9110 §11.6.3): the server's answer to a successful
+/// authentication, e.g. Digest's `nextnonce` and `rspauth`: a credential for this caller.
+pub const AUTHENTICATION_INFO: HeaderName = HeaderName::from_static("authentication-info");
+/// `Proxy-Authentication-Info` (RFC 9110 §11.7.3): the same, from a proxy.
+pub const PROXY_AUTHENTICATION_INFO: HeaderName =
+    HeaderName::from_static("proxy-authentication-info");
+
 /// Headers that carry or set credentials: never stored, so never replayed to a repeat
 /// and never at rest in a shared store (SPEC §1 "Stored responses").
-static CREDENTIAL_HEADERS: [HeaderName; 5] = [
+pub static CREDENTIAL_HEADERS: [HeaderName; 7] = [
     header::SET_COOKIE,
     header::AUTHORIZATION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::WWW_AUTHENTICATE,
+    AUTHENTICATION_INFO,
+    PROXY_AUTHENTICATION_INFO,
 ];
 
 /// The response headers a record keeps (hop-by-hop headers are already gone): every
@@ -87,6 +96,8 @@ mod tests {
             ("authorization", "Bearer x"),
             ("proxy-authenticate", "Basic"),
             ("proxy-authorization", "Basic y"),
+            ("authentication-info", "nextnonce=\"n\", rspauth=\"r\""),
+            ("proxy-authentication-info", "nextnonce=\"p\""),
             ("content-type", "application/json"),
             ("location", "/charges/1"),
             ("x-session-token", "t"),

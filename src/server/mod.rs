@@ -7,6 +7,7 @@ mod prefixed;
 
 pub(crate) use accept::accept_error;
 pub use accept::{accept, worker_queue, ConnectionInbox, WorkerQueue};
+pub(crate) use prefixed::{first_bytes, Prefixed};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,7 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch;
 
-use prefixed::{first_bytes, is_h2_preface, Prefixed};
+use prefixed::is_h2_preface;
 
 use crate::config::ServerConfig;
 use crate::proxy::Proxy;

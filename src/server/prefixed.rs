@@ -14,7 +14,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Read until the protocol is decided (the bytes leave the HTTP/2 preface, or the whole
 /// preface arrived), within `timeout`. `None`: silence, EOF or an error — close.
-pub(super) async fn first_bytes(stream: &mut TcpStream, timeout: Duration) -> Option<Vec<u8>> {
+pub(crate) async fn first_bytes(stream: &mut TcpStream, timeout: Duration) -> Option<Vec<u8>> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut buf = vec![0u8; 1024];
     let mut len = 0;
@@ -38,14 +38,14 @@ pub(super) fn is_h2_preface(first: &[u8]) -> bool {
 }
 
 /// A stream whose first reads return bytes already read from it.
-pub(super) struct Prefixed {
+pub(crate) struct Prefixed {
     prefix: Vec<u8>,
     at: usize,
     stream: TcpStream,
 }
 
 impl Prefixed {
-    pub(super) fn new(prefix: Vec<u8>, stream: TcpStream) -> Self {
+    pub(crate) fn new(prefix: Vec<u8>, stream: TcpStream) -> Self {
         Prefixed {
             prefix,
             at: 0,
@@ -121,7 +121,7 @@ mod tests {
     }
 
     #[tokio::test]
-    pub(super) async fn first_bytes_decides_early_and_times_out_on_silence() {
+    pub(crate) async fn first_bytes_decides_early_and_times_out_on_silence() {
         let (mut client, mut server) = pair().await;
         client.write_all(b"POST / HTTP/1.1\r\n").await.unwrap();
         let got = first_bytes(&mut server, Duration::from_secs(1))

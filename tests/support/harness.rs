@@ -64,6 +64,21 @@ pub async fn start(yaml: &str) -> Idem {
     idem
 }
 
+/// Start idem in-process from a configuration built by the test (e.g. a listener that
+/// is not on loopback), and wait until it is ready.
+pub async fn start_config(config: Config) -> Idem {
+    panics::watch();
+    let idem = Idem(idem::app::start(&config).await.expect("idem starts"));
+    let ready = format!("http://127.0.0.1:{}/readyz", idem.admin_addr.port());
+    eventually(STARTUP, "idem ready (/readyz 200)", async || {
+        try_send("GET", &ready, &[], "")
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    idem
+}
+
 /// Start idem in-process without waiting for readiness (a test of readiness itself, or
 /// one whose store is down on purpose).
 pub async fn start_unready(yaml: &str) -> Idem {

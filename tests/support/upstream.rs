@@ -9,13 +9,15 @@
 //! - `x-mock-stall-ms: D`: send the head and one chunk, then stall D ms before the rest.
 //! - `x-mock-reset: true`: count the execution, then drop the connection unanswered.
 //! - `x-mock-echo: text`: the JSON answer carries `"echo": "text"`.
-//! - `x-mock-set-cookie: v`: answer with `Set-Cookie: v`, `X-Session-Token: v` and
-//!   `X-Charge-Id`.
+//! - `x-mock-set-cookie: v`: answer with `Set-Cookie: v`, `X-Session-Token: v`,
+//!   `Authentication-Info` and `Proxy-Authentication-Info` carrying `v`, and `X-Charge-Id`.
 //!
 //! `GET /count?key=K` answers `{"count": n}` for the `--check-url` style check.
 //! `GET /lookup?key=K` is a provider's "find by idempotency key" (reconciliation): 200
 //! with `{"found": K, "executions": n, "lookup": seq}` once K was executed, else 404; a header
 //! `x-mock-lookup-status: N` forces status N (the lookup carries the repeat's headers).
+//! `GET /search?key=K` is a provider's search: always 200, `{"data": [{"key": K, …}]}`
+//! once K was executed, else `{"data": []}`; `x-mock-search-empty: true` answers empty.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -186,6 +188,22 @@ async fn handle(
             ),
         });
     }
+    if path == "/search" {
+        let key = key_param(&parts.uri);
+        st.received.lock().unwrap().push(Received {
+            method: parts.method.to_string(),
+            path: format!("/search?{}", parts.uri.query().unwrap_or("")),
+            headers: parts.headers.clone(),
+            body: Bytes::new(),
+            at: Instant::now(),
+        });
+        let n = st.count(&key);
+        let body = match (n, header(&parts.headers, "x-mock-search-empty")) {
+            (0, _) | (_, Some("true")) => "{\"data\":[]}".to_owned(),
+            (n, _) => format!("{{\"data\":[{{\"key\":{key:?},\"executions\":{n}}}]}}"),
+        };
+        return Ok(full(StatusCode::OK, body));
+    }
     if path == "/count" {
         let key = key_param(&parts.uri);
         let n = st.count(&key);
@@ -262,6 +280,11 @@ async fn handle(
             .insert("x-session-token", cookie.parse().unwrap());
         r.headers_mut()
             .insert("x-charge-id", format!("ch_{id}").parse().unwrap());
+        let info = format!("nextnonce=\"{cookie}\"");
+        r.headers_mut()
+            .insert("authentication-info", info.parse().unwrap());
+        r.headers_mut()
+            .insert("proxy-authentication-info", info.parse().unwrap());
     }
     Ok(r)
 }

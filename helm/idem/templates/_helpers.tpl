@@ -60,10 +60,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- include "idem.fullname" . }}
 {{- end }}
 
-{{/* The chart creates its Secret only for values given inline. */}}
+{{/* The chart creates its Secret only for values given inline or generated. */}}
 {{- define "idem.createSecret" -}}
-{{- if or (and .Values.redis.password (not .Values.redis.existingSecret)) (and .Values.idem.adminToken.value (not .Values.idem.adminToken.existingSecret)) -}}
+{{- if or (and .Values.redis.password (not .Values.redis.existingSecret)) (include "idem.ownAdminToken" .) -}}
 true
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the admin token lives in the chart's Secret (inline or generated). */}}
+{{- define "idem.ownAdminToken" -}}
+{{- with .Values.idem.adminToken -}}
+{{- if and (not .existingSecret) (or .value .generate) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The admin token the chart's Secret holds (base64): the inline value, else the one
+     generated at install and read back from the cluster on every upgrade (`lookup`;
+     `helm template` has no cluster and renders a fresh one each time). */}}
+{{- define "idem.adminTokenData" -}}
+{{- if .Values.idem.adminToken.value -}}
+{{ .Values.idem.adminToken.value | b64enc }}
+{{- else -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "idem.secretName" .) -}}
+{{- $kept := "" -}}
+{{- if $existing -}}{{- $kept = index ($existing.data | default dict) "admin-token" | default "" -}}{{- end -}}
+{{- $kept | default (randAlphaNum 40 | b64enc) -}}
 {{- end -}}
 {{- end }}
 
@@ -97,7 +120,7 @@ true
 {{- with .Values.idem.adminToken -}}
 {{- if .existingSecret -}}
 {{ .existingSecret }}/{{ .existingSecretKey }}
-{{- else if .value -}}
+{{- else if (include "idem.ownAdminToken" $) -}}
 {{ include "idem.secretName" $ }}/admin-token
 {{- end -}}
 {{- end -}}

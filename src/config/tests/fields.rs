@@ -122,6 +122,29 @@ fn environment_variables_expand_in_values() {
 }
 
 #[test]
+fn admin_allowed_hosts_are_dns_names() {
+    assert!(ok(MINIMAL).admin.allowed_hosts.is_empty());
+    let c = ok(&format!(
+        "{MINIMAL}admin:\n  allowed_hosts: [Idem-Admin.internal, idem]\n"
+    ));
+    assert_eq!(c.admin.allowed_hosts, ["idem-admin.internal", "idem"]);
+    let e = errors(&format!(
+        "{MINIMAL}admin:\n  allowed_hosts: [\"*.example.com\", \"idem:9901\", http://idem, \"\"]\n"
+    ));
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert!(
+        e[0].contains("admin.allowed_hosts[0]: invalid host \"*.example.com\": no wildcards"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].contains(
+            "admin.allowed_hosts[1]: invalid host \"idem:9901\": a DNS name without scheme or port"
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn every_redis_field_is_read() {
     let c = ok(&format!(
         "{MINIMAL}store:\n  backend: redis\n  redis:\n    mode: sentinel\n{}{}{}{}{}",

@@ -322,6 +322,31 @@ fn unknown_outcome_settings_are_checked() {
     );
     assert_eq!(lookup.absent, [404, 410]);
     assert_eq!(lookup.timeout, std::time::Duration::from_secs(3));
+    assert_eq!(lookup.found_json, None);
+    // A search: an empty 200 is absent, a 200 with the attempt found.
+    let search = ok(&route(
+        "    on_unknown: reconcile\n    reconcile: {path: \"/s?k={key}\", found: [200], found_json: /data/0, absent: [200, 404]}\n",
+    ));
+    let lookup = search.routes[0].reconcile.as_deref().unwrap();
+    assert_eq!(lookup.found_json.as_deref(), Some("/data/0"));
+    assert_eq!(lookup.absent, [200, 404]);
+    assert!(search.warnings.is_empty(), "{:?}", search.warnings);
+    has(
+        &errors(&route(
+            "    reconcile: {path: \"/s?k={key}\", found_json: data}\n",
+        )),
+        "invalid JSON pointer \"data\"",
+    );
+    // A query string with only a status rule: `idem check` warns.
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("routes[0].reconcile") && w.contains("add found_json")),
+        "{:?}",
+        c.warnings
+    );
+    let by_id = ok(&route("    reconcile: {path: \"/c/{key}\"}\n"));
+    assert!(by_id.warnings.is_empty(), "{:?}", by_id.warnings);
     // Defaults: retry, no window, no lookup.
     let d = &ok(&route("")).routes[0];
     assert_eq!(

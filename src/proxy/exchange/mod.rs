@@ -30,7 +30,7 @@ use super::headers::strip_hop_by_hop;
 use super::outbound::Outbound;
 use super::problem::{self, ProblemFormat};
 use super::Worker;
-use crate::config::{Reconcile, RoutePolicy};
+use crate::config::{Found, Reconcile, RoutePolicy};
 use crate::store::StoredResponse;
 use crate::traces::request::end_upstream;
 use crate::traces::RequestTrace;
@@ -206,9 +206,10 @@ pub async fn lookup(
         }
     };
     let status = response.status().as_u16();
+    let absent = reconcile.absent.contains(&status);
     if !reconcile.found.contains(&status) {
         span.end(Some(status), None);
-        return match reconcile.absent.contains(&status) {
+        return match absent {
             true => Lookup::Absent,
             false => Lookup::Failed(format!("the lookup answered {status}")),
         };
@@ -217,9 +218,18 @@ pub async fn lookup(
     let ended = pump(response, answer, Outbound::detached(), reconcile.timeout).await;
     let failure = (!ended.reason.is_empty()).then_some(ended.reason.as_str());
     span.end(Some(status), failure);
-    match ended.stored {
-        Some(stored) if failure.is_none() => Lookup::Found(stored),
-        _ => Lookup::Failed(format!("the lookup's answer broke off: {}", ended.reason)),
+    let stored = match ended.stored {
+        Some(stored) if failure.is_none() => stored,
+        _ => return Lookup::Failed(format!("the lookup's answer broke off: {}", ended.reason)),
+    };
+    // A search's empty 200 is not "found" (`found_json`): absent if its status says so.
+    match reconcile.read_found(stored.body.as_deref()) {
+        Found::Yes => Lookup::Found(stored),
+        Found::Empty if absent => Lookup::Absent,
+        Found::Empty => Lookup::Failed(format!(
+            "the lookup answered {status} without the attempt at found_json"
+        )),
+        Found::Unreadable(why) => Lookup::Failed(format!("found_json: {why}")),
     }
 }
 
