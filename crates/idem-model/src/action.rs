@@ -128,11 +128,9 @@ fn proxy_steps(config: &Config, s: &State, p: usize, out: &mut Vec<Action>) {
                 Some(crate::record::Record::InProgress { lease_end, .. }) => lease_end,
                 _ => 0,
             };
-            // Only renewals that the store grants and that move the lease's end change
-            // anything.
+            // Only renewals that move the lease's end change anything.
             let at = crate::duplicate::judge_time(config, s, p);
-            let granted = lease_end > at || config.renew_after_lease_end;
-            if renewing && record_ours && granted && lease_end != at + config.lease {
+            if renewing && record_ours && lease_end != at + config.lease {
                 out.push(Action::Renew(p));
             }
         }

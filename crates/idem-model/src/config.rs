@@ -99,10 +99,10 @@ pub struct Config {
     /// the record (idem's `Settle::Release` today), forgetting that the key was sent
     /// before. Off: it ends its lease instead (see `tests/findings.rs`).
     pub release_forgets_sent: bool,
-    /// Whether a renewal extends a lease that has already ended (idem's renewal today:
-    /// `replace_if_owner` checks only the token). Off: the store refuses it, as the
-    /// SPEC's "never keeps one past its end" says (see `tests/findings.rs`).
-    pub renew_after_lease_end: bool,
+    /// Whether duplicates decide with their own (skewed) wall clock while the store
+    /// still judges every write on its own: shows that the store's lease check alone
+    /// keeps a skewed decision harmless (mutant 2 removes it).
+    pub decide_with_own_clock: bool,
     /// Whether the store's takeover checks `upstream_key_window` itself (on its clock,
     /// when it takes over). Off: only the duplicate's decision checks it, at its read,
     /// as idem does today (see `tests/findings.rs`).
@@ -140,7 +140,7 @@ impl Config {
             waiter: false,
             late_send: false,
             release_forgets_sent: false,
-            renew_after_lease_end: false,
+            decide_with_own_clock: false,
             takeover_checks_window: true,
             mutant: None,
         }

@@ -23,8 +23,13 @@ pub(crate) fn request(config: &Config, s: &mut State, p: usize) {
     let token = s.fresh_token();
     let at = judge_time(config, s, p);
     match s.store.reserve_at(at, token) {
-        Reserved::Won => s.proxies[p] = owner(config, s, token, 1),
+        Reserved::Won => s.proxies[p] = owner(config, s, token, 1, false),
         Reserved::Exists { record, now } => {
+            let now = if config.decide_with_own_clock {
+                config.proxy_clock(p, s.now())
+            } else {
+                now
+            };
             s.proxies[p] = match decide(config, &record, now) {
                 Decision::Replay(outcome) => {
                     s.deliver(config, outcome, true);
@@ -57,11 +62,7 @@ pub(crate) fn take_over(config: &Config, s: &mut State, p: usize, seen: Token) {
         s.notify();
         s.ghost.taken_over = true;
         let attempt = s.store.record().map_or(1, |r| r.attempt());
-        let mut next = owner(config, s, token, attempt);
-        if let Phase::Owner { retried, .. } = &mut next {
-            *retried = true;
-        }
-        s.proxies[p] = next;
+        s.proxies[p] = owner(config, s, token, attempt, true);
     }
 }
 
@@ -109,19 +110,20 @@ pub(crate) fn new_attempt(config: &Config, s: &mut State, p: usize, seen: Token)
     if s.store.new_attempt(seen, token) {
         s.notify();
         let attempt = s.store.record().map_or(1, |r| r.attempt());
-        s.proxies[p] = owner(config, s, token, attempt);
+        // A new attempt has history too: the stored failure it replaced.
+        s.proxies[p] = owner(config, s, token, attempt, true);
     }
 }
 
 /// Proxy state right after the store granted `token` a lease. The proxy's timer (a
 /// monotonic duration, whatever its wall clock says) knows the lease ends `lease`
 /// ticks from now.
-fn owner(config: &Config, s: &State, token: Token, attempt: u8) -> Phase {
+fn owner(config: &Config, s: &State, token: Token, attempt: u8, retried: bool) -> Phase {
     Phase::Owner {
         token,
         attempt,
         lease_until: s.now() + config.lease,
-        retried: false,
+        retried,
         stage: Stage::Ready,
     }
 }

@@ -14,7 +14,8 @@ pub fn supersedes(config: &Config, earlier: Outcome, later: Outcome) -> bool {
 
 impl State {
     /// A caller receives `outcome`, first hand (`replay` false: the answer streamed
-    /// from the upstream) or replayed from the store.
+    /// from the upstream) or replayed from the store. `acked` keeps the latest in the
+    /// order of [`supersedes`].
     pub(crate) fn deliver(&mut self, config: &Config, outcome: Outcome, replay: bool) {
         if replay {
             self.ghost.replayed = true;
@@ -22,12 +23,18 @@ impl State {
                 self.ghost.bad_replay = true;
             }
         }
-        if let Some(earlier) = self.ghost.acked {
-            if !supersedes(config, earlier, outcome) {
-                self.ghost.contradicted = true;
+        match self.ghost.acked {
+            Some(earlier) if !supersedes(config, earlier, outcome) => {
+                // A stale owner's caller may still get its own, older answer first hand
+                // (a failure a later attempt replaced): that is its call's truth. A
+                // replay, or any unrelated outcome, contradicts what was acknowledged.
+                let older = !replay && supersedes(config, outcome, earlier);
+                if !older {
+                    self.ghost.contradicted = true;
+                }
             }
+            _ => self.ghost.acked = Some(outcome),
         }
-        self.ghost.acked = Some(outcome);
     }
 
     /// Whether the store still answers the last acknowledged outcome to a repeat, or

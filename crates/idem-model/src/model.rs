@@ -30,7 +30,6 @@ impl IdemModel {
             takeover_ignores_lease: c.has(Mutant::TakeoverIgnoresLease),
             complete_ignores_token: c.has(Mutant::CompleteIgnoresToken),
             resolve_ignores_token: c.has(Mutant::ResolveIgnoresToken),
-            renew_after_lease_end: c.renew_after_lease_end,
         }
     }
 }

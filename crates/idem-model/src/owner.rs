@@ -46,9 +46,10 @@ pub(crate) fn send(config: &Config, s: &mut State, p: usize, ok: bool) {
 }
 
 /// The call could not be sent (connection refused): nothing happened upstream, so
-/// the reservation is released. An attempt taken over from an unknown outcome was sent
-/// before, so its record must stay (its lease ends now) unless the model reproduces
-/// idem's release of it (`Config::release_forgets_sent`).
+/// the reservation is released. An attempt that took over a record with history (an
+/// unknown outcome whose key was sent before, or a stored failure) must not delete it:
+/// its lease ends now instead, unless the model reproduces idem's release
+/// (`Config::release_forgets_sent`).
 pub(crate) fn not_sent(config: &Config, s: &mut State, p: usize) {
     let (token, _, _, retried, _) = parts(s, p);
     s.proxies[p] = Phase::Idle;

@@ -35,7 +35,8 @@ pub enum Phase {
         token: Token,
         attempt: u8,
         lease_until: Tick,
-        /// Taken over from an unknown outcome: the upstream key was sent before.
+        /// Took over a record with history (an unknown outcome, whose key was sent
+        /// before, or a stored failure): a failed send must not delete it.
         retried: bool,
         stage: Stage,
     },

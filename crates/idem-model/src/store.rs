@@ -20,10 +20,6 @@ pub struct StoreBugs {
     pub complete_ignores_token: bool,
     /// `resolve` settles any unknown outcome, not only the attempt the operator read.
     pub resolve_ignores_token: bool,
-    /// `renew` extends a lease that has already ended (idem's `replace_if_owner`
-    /// checks only the token): an owner back from a pause revives an unknown outcome
-    /// that an operator or a reconciling duplicate has already judged by its token.
-    pub renew_after_lease_end: bool,
 }
 
 /// One record and the store's clock.
@@ -93,11 +89,9 @@ impl ModelStore {
     }
 
     /// Extend `token`'s lease to `clock + lease`. False if the record is not an attempt
-    /// carrying `token` (taken over, settled, completed or gone), or if its lease has
-    /// already ended by the clock: a lease is never kept past its end, so whoever judged
-    /// the attempt unknown by its token alone (an operator, a reconciling duplicate)
-    /// judged a record that can no longer change under them except through a fenced
-    /// takeover or the owner's completion.
+    /// carrying `token` (taken over, settled, completed or gone). Like idem's renewal
+    /// (`replace_if_owner`), it checks only the token: an owner back from a pause may
+    /// renew a lease that ended if no one took it over meanwhile.
     pub fn renew(&mut self, token: Token) -> bool {
         self.renew_at(self.clock, token)
     }
@@ -108,7 +102,7 @@ impl ModelStore {
                 token: t,
                 lease_end,
                 ..
-            }) if *t == token && (*lease_end > at || self.bugs.renew_after_lease_end) => {
+            }) if *t == token => {
                 *lease_end = at + self.lease;
                 true
             }
