@@ -4,7 +4,7 @@
 
 use crate::config::{Config, Mutant, OnUnknown};
 use crate::decide::{decide, Decision};
-use crate::record::{Reserved, Tick, Token};
+use crate::record::{Record, Reserved, Tick, Token};
 use crate::state::{Phase, Stage, State};
 
 /// The time proxy `p` stamps and judges leases with: the store's clock, or its own
@@ -56,14 +56,23 @@ pub(crate) fn take_over(config: &Config, s: &mut State, p: usize, seen: Token) {
     let token = s.fresh_token();
     let at = judge_time(config, s, p);
     s.proxies[p] = Phase::Idle;
+    let live = lease_live(s);
     if s.store
         .take_over_at(at, seen, token, takeover_window(config))
     {
+        s.ghost.took_live_lease |= live;
         s.notify();
         s.ghost.taken_over = true;
         let attempt = s.store.record().map_or(1, |r| r.attempt());
         s.proxies[p] = owner(config, s, token, attempt, true);
     }
+}
+
+/// Whether the record is an attempt whose lease is live on the store's clock.
+fn lease_live(s: &State) -> bool {
+    s.store
+        .record()
+        .is_some_and(|r| matches!(r, Record::InProgress { .. }) && !r.lease_ended(s.now()))
 }
 
 /// The key window the store's takeover checks: `on_unknown: retry`'s, unless the model
@@ -96,7 +105,9 @@ pub(crate) fn settle(config: &Config, s: &mut State, p: usize) {
     let token = s.fresh_token();
     let at = judge_time(config, s, p);
     s.proxies[p] = Phase::Idle;
+    let live = lease_live(s);
     if s.store.reconcile_at(at, seen, token, outcome) {
+        s.ghost.took_live_lease |= live;
         s.notify();
         s.ghost.reconciled = true;
         s.deliver(config, outcome, true);

@@ -18,6 +18,9 @@ pub const ACKED_NEVER_LOST: &str = "an acknowledged outcome is never lost";
 /// An owner holding an outcome stops storing it only when the store says the record
 /// is no longer its own.
 pub const HELD_OUTCOME_NOT_DROPPED: &str = "a held outcome is never dropped while owned";
+/// No takeover replaces an attempt whose lease is live on the store's clock (SPEC:
+/// a replica whose clock is ahead "never takes over a live lease").
+pub const LIVE_LEASE_NEVER_TAKEN: &str = "a live lease is never taken over";
 /// A waiter that sleeps on an attempt is woken by any change to it.
 pub const WAITER_NOT_STRANDED: &str = "a waiter is woken by the change it waits for";
 
@@ -41,6 +44,9 @@ pub fn all() -> Vec<Property<IdemModel>> {
             !s.ghost.contradicted && s.acked_kept(&m.config)
         }),
         Property::always(HELD_OUTCOME_NOT_DROPPED, |_, s: &State| !s.ghost.dropped),
+        Property::always(LIVE_LEASE_NEVER_TAKEN, |_, s: &State| {
+            !s.ghost.took_live_lease
+        }),
         Property::always(WAITER_NOT_STRANDED, |_, s: &State| waiter_not_stranded(s)),
         Property::sometimes(COMPLETED, |_, s: &State| s.ghost.completed),
         Property::sometimes(REPLAYED, |_, s: &State| s.ghost.replayed),
@@ -56,11 +62,12 @@ pub fn all() -> Vec<Property<IdemModel>> {
 }
 
 /// The safety properties' names.
-pub const SAFETY: [&str; 5] = [
+pub const SAFETY: [&str; 6] = [
     AT_MOST_ONE_EFFECT,
     REPLAY_IS_RECORDED_OUTCOME,
     ACKED_NEVER_LOST,
     HELD_OUTCOME_NOT_DROPPED,
+    LIVE_LEASE_NEVER_TAKEN,
     WAITER_NOT_STRANDED,
 ];
 

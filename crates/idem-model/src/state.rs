@@ -97,6 +97,9 @@ pub struct Ghost {
     /// An owner stopped storing an outcome it held while the record still carried
     /// its token (the outcome is lost to every later repeat).
     pub dropped: bool,
+    /// A takeover or settle replaced an attempt whose lease was live on the store's
+    /// clock.
+    pub took_live_lease: bool,
     pub completed: bool,
     pub replayed: bool,
     pub taken_over: bool,
