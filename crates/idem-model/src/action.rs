@@ -141,12 +141,10 @@ fn proxy_steps(config: &Config, s: &State, p: usize, out: &mut Vec<Action>) {
 }
 
 fn environment_steps(config: &Config, s: &State, out: &mut Vec<Action>) {
-    if config.backend == Backend::RedisAsync {
-        if s.replica != s.store.record() {
-            out.push(Action::Replicate);
-            if s.budget.failovers > 0 {
-                out.push(Action::FailOver);
-            }
+    if config.backend == Backend::RedisAsync && s.replica != s.store.record() {
+        out.push(Action::Replicate);
+        if s.budget.failovers > 0 {
+            out.push(Action::FailOver);
         }
     }
     if crate::environment::may_look(s) {
