@@ -134,7 +134,7 @@ def describe_runs(runs):
                      + (f" {e.end:.2f}s" if e.end is not None else "") for e in runs)
 
 
-def summary(seed, store, minutes, intents, workload, faults, upstream, violations,
+def summary(replay, seed, store, minutes, intents, workload, faults, upstream, violations,
             documented, listed, injection_errors):
     kinds = {}
     for f in faults:
@@ -175,5 +175,4 @@ def summary(seed, store, minutes, intents, workload, faults, upstream, violation
         print(f"... and {len(violations) - 40} more")
     for e in injection_errors:
         print(f"fault not injected: {e}")
-    print(("FAIL" if violations else "PASS")
-          + f" (replay: bash scripts/nemesis.sh --minutes {minutes} --store {store} --seed {seed})")
+    print(("FAIL" if violations else "PASS") + f" (replay: {replay})")

@@ -60,6 +60,10 @@ def main():
     ap.add_argument("--idem", required=True, help="path to the idem binary")
     ap.add_argument("--rate", type=float, default=3.0, help="new intents per second (default 3)")
     ap.add_argument("--workdir", default=None, help="keep logs and configs here")
+    ap.add_argument("--faults", default=",".join(schedule.ALL),
+                    help="fault kinds to inject, comma-separated (default: all of "
+                         f"{','.join(schedule.ALL)}); the others are dropped from the "
+                         "seed's schedule, the rest keeps its times")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "big")
     duration = args.minutes * 60
@@ -69,8 +73,13 @@ def main():
         sys.exit("redis-server not found (scripts/test.sh installs it)")
     workdir = args.workdir or tempfile.mkdtemp(prefix="idem-nemesis-")
     os.makedirs(workdir, exist_ok=True)
-    faults = schedule.make(seed, duration, 3, args.store, LEASE)
+    kinds = set(args.faults.split(",")) if args.faults else set()
+    if kinds - set(schedule.ALL):
+        sys.exit(f"unknown fault kinds: {sorted(kinds - set(schedule.ALL))}")
+    faults = [f for f in schedule.make(seed, duration, 3, args.store, LEASE) if f.kind in kinds]
     print(f"nemesis: seed {seed}, store {args.store}, {args.minutes:g} min, idem {args.idem}")
+    if kinds != set(schedule.ALL):
+        print(f"nemesis: only {','.join(k for k in schedule.ALL if k in kinds)}")
     print(f"nemesis: logs in {workdir}")
     print("fault schedule:")
     for f in faults:
@@ -109,7 +118,9 @@ def main():
                                              LEASE, UPSTREAM_TIMEOUT)
         if truncated:
             violations.append(("unknown-listing", "-", "GET /v1/unknown was truncated"))
-        check.summary(seed, args.store, args.minutes, workload.intents, workload, faults,
+        replay = f"bash scripts/nemesis.sh --minutes {args.minutes:g} --store {args.store} " \
+            f"--seed {seed}" + (f" --faults {args.faults}" if kinds != set(schedule.ALL) else "")
+        check.summary(replay, seed, args.store, args.minutes, workload.intents, workload, faults,
                       upstream, violations, documented, listed, player.errors)
         return 1 if violations else 0
     finally:

@@ -25,6 +25,7 @@ import time
 CLOCK_STEPS = [60, -60, 120, 30, -30]
 KINDS = [("kill", 2), ("pause", 2), ("clock", 3), ("up-stall", 1), ("up-reset", 1),
          ("st-restart", 1), ("st-pause", 1)]
+ALL = [k for k, _ in KINDS] + ["failover"]
 
 
 class Fault:
