@@ -8,10 +8,12 @@ Violations:
 - `double-execution`: a `hold` intent executed more than once; a `retry` intent
   executed again when the documented case does not apply. Documented (SPEC §1 "Unknown
   outcomes", `on_unknown: retry`): the previous execution's outcome was unknown to idem —
-  the upstream reset it or answered after `upstream.timeout`, its replica was killed or
-  frozen while it ran, or the store failed over meanwhile — and the repeat came after its
-  lease, i.e. at least 2/3 of a lease after that fault (renewals run every lease/3),
-  minus TOLERANCE. Those are counted as `documented re-executions`.
+  the upstream reset it or answered after `upstream.timeout`, its replica was killed, its
+  replica was frozen or the store unreachable for most of a lease (docs/reliability.md,
+  "Known limits": a completion that cannot be written for the whole lease), or the store
+  failed over meanwhile — and the repeat came after its lease could end, i.e. at least
+  2/3 of a lease after that fault (renewals run every lease/3), minus TOLERANCE (see
+  `excuse`). Those are counted as `documented re-executions`.
 - `different-2xx`: callers of one intent got 2xx answers with different bodies, or a
   body that is not one of that intent's executions (allowed only between documented
   re-executions).
@@ -63,9 +65,14 @@ def unknown_listing(replicas):
 
 
 def excuse(prev, faults, lease, upstream_timeout):
-    """When a repeat of `prev` may be executed again (run clock), with the reason; None if
-    nothing made its outcome unknown to idem."""
+    """From when a repeat of execution `prev` may be executed again (run clock), and why;
+    None if nothing made its outcome unknown to idem. The fault must have made idem lose
+    the outcome: the upstream reset or stalled it; its replica was killed; its replica was
+    frozen, or the store unreachable (restart, freeze: from the kill to the store's
+    readiness), long enough for the lease to run out (2/3 lease: the last renewal may be
+    lease/3 old); or the store failed over. The lease ends at least 2/3 lease after."""
     end = prev.end if prev.end is not None else float("inf")
+    need = 2 / 3 * lease - TOLERANCE
     reasons = []
     if prev.how == "reset":
         reasons.append((prev.end, "upstream reset it"))
@@ -75,13 +82,17 @@ def excuse(prev, faults, lease, upstream_timeout):
         if f.started is None:
             continue
         f_end = f.ended if f.ended is not None else float("inf")
-        overlaps = f.started <= end + 2.0 and f_end >= prev.start - 0.2
-        if not overlaps:
+        if not (f.started <= end + 2.0 and f_end >= prev.start - 0.2):
             continue
-        if f.kind in ("kill", "pause") and f.target == prev.replica:
-            reasons.append((max(f.started, prev.start), f"{prev.replica} {f.kind}ed"))
+        lost_at = max(min(f.started, end), prev.start)
+        if f.kind == "kill" and f.target == prev.replica:
+            reasons.append((lost_at, f"{prev.replica} killed"))
+        elif f.kind == "pause" and f.target == prev.replica and f_end - lost_at >= need:
+            reasons.append((lost_at, f"{prev.replica} frozen {f_end - f.started:.1f}s"))
+        elif f.kind in ("st-restart", "st-pause") and f_end - lost_at >= need:
+            reasons.append((lost_at, f"store {f.kind[3:]} {f_end - f.started:.1f}s"))
         elif f.kind == "failover":
-            reasons.append((max(f.started, prev.start) - 2 / 3 * lease, "store failover"))
+            reasons.append((lost_at - 2 / 3 * lease, "store failover"))
     if not reasons:
         return None
     at, why = min(reasons)
