@@ -86,9 +86,9 @@ def excuse(prev, faults, lease, upstream_timeout):
             continue
         lost_at = max(min(f.started, end), prev.start)
         if f.kind == "kill" and f.target == prev.replica:
-            reasons.append((lost_at, f"{prev.replica} killed"))
+            reasons.append((lost_at, f"replica {prev.replica} killed"))
         elif f.kind == "pause" and f.target == prev.replica and f_end - lost_at >= need:
-            reasons.append((lost_at, f"{prev.replica} frozen {f_end - f.started:.1f}s"))
+            reasons.append((lost_at, f"replica {prev.replica} frozen {f_end - f.started:.1f}s"))
         elif f.kind in ("st-restart", "st-pause") and f_end - lost_at >= need:
             reasons.append((lost_at, f"store {f.kind[3:]} {f_end - f.started:.1f}s"))
         elif f.kind == "failover":
@@ -140,6 +140,30 @@ def judge(intents, upstream, faults, listed, lease, upstream_timeout):
     return violations, documented
 
 
+def dump(path, intents, upstream, faults):
+    """The whole history as JSON (for a closer look at a failing seed)."""
+    out = {"faults": [{"kind": f.kind, "target": f.target, "offset": f.offset,
+                       "planned": f.at, "started": f.started, "ended": f.ended} for f in faults],
+           "intents": [{"key": i.key, "final": [i.final[0], i.final[1]] if i.final else None,
+                        "answers": [[a.at, a.caller, a.replica, a.status, a.code,
+                                     a.body.decode(errors="replace")] for a in i.answers],
+                        "executions": [[e.n, e.replica, e.caller, e.start, e.end, e.how]
+                                       for e in upstream.executions.get(i.key, [])]}
+                       for i in intents]}
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+def reasons(documented):
+    """Documented re-executions by cause ("r1 killed" and "r2 killed" are one cause)."""
+    out = {}
+    for _, why in documented:
+        cause = " ".join(w for w in why.split(" after ", 1)[1].split()
+                         if not w[0].isdigit() and not (w[0] == "r" and w[1:].isdigit()))
+        out[cause] = out.get(cause, 0) + 1
+    return out
+
+
 def describe_runs(runs):
     return "; ".join(f"#{e.n} via {e.replica} at {e.start:.2f}s {e.how}"
                      + (f" {e.end:.2f}s" if e.end is not None else "") for e in runs)
@@ -167,7 +191,8 @@ def summary(replay, seed, store, minutes, intents, workload, faults, upstream, v
                             + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))),
         ("executions", f"{executions} ({sum(1 for v in upstream.executions.values() if v)} "
                        f"intents executed)"),
-        ("documented re-executions", len(documented)),
+        ("documented re-executions", f"{len(documented)}" + (" (after: " + ", ".join(
+            f"{k} {n}" for k, n in sorted(reasons(documented).items())) + ")" if documented else "")),
         ("settling answers", ", ".join(f"{k}: {n}" for k, n in sorted(finals.items()))),
         ("listed unknown", "?" if listed is None else len(listed)),
         ("faults not injected", len(injection_errors)),

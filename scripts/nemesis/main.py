@@ -116,6 +116,7 @@ def main():
         listed, truncated = check.unknown_listing(replicas)
         violations, documented = check.judge(workload.intents, upstream, faults, listed,
                                              LEASE, UPSTREAM_TIMEOUT)
+        check.dump(os.path.join(workdir, "history.json"), workload.intents, upstream, faults)
         if truncated:
             violations.append(("unknown-listing", "-", "GET /v1/unknown was truncated"))
         replay = f"bash scripts/nemesis.sh --minutes {args.minutes:g} --store {args.store} " \
