@@ -9,7 +9,8 @@
 //! intent is settled). The seed is random unless `IDEM_NEMESIS_SEED` is set; it is
 //! printed, and the same seed replays the same fault schedule:
 //! `IDEM_NEMESIS_SEED=1 cargo test --test nemesis -- --nocapture`. `IDEM_NEMESIS_STORE`
-//! picks another store (`sentinel`, `postgres`), `IDEM_NEMESIS_MINUTES` another length.
+//! picks another store (`sentinel`, `postgres`), `IDEM_NEMESIS_MINUTES` another length,
+//! `IDEM_NEMESIS_FAULTS` a subset of the fault kinds (e.g. `kill,pause,up-stall`).
 
 use std::io::Read;
 use std::path::Path;
@@ -36,6 +37,9 @@ fn nemesis_on_redis_finds_no_violation() {
         .args(["--idem", env!("CARGO_BIN_EXE_idem")]);
     if let Ok(seed) = std::env::var("IDEM_NEMESIS_SEED") {
         cmd.args(["--seed", &seed]);
+    }
+    if let Ok(faults) = std::env::var("IDEM_NEMESIS_FAULTS") {
+        cmd.args(["--faults", &faults]);
     }
     let mut child = cmd
         .current_dir(root)
