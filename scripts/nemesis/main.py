@@ -127,6 +127,8 @@ def main():
     finally:
         procs.stop_all()
         upstream.stop()
+        if args.workdir is None and "violations" in locals() and not violations:
+            shutil.rmtree(workdir, ignore_errors=True)   # a passing run's logs are not kept
 
 
 if __name__ == "__main__":
