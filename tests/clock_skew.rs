@@ -103,9 +103,11 @@ async fn start_charge(
             .ok()
     });
     let key = format!("charge:{id}");
-    eventually(Duration::from_secs(5), "the call reached the upstream", async || {
-        env.upstream.executions(&key) == 1
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the call reached the upstream",
+        async || env.upstream.executions(&key) == 1,
+    )
     .await;
     call
 }
@@ -126,7 +128,11 @@ async fn assert_once(env: &Env, repeat_via: &IdemProcess, id: &str, call: CallHa
     let late = post(&url, &[], "{}").await;
     assert!(late.replayed(), "a late repeat replays: {}", late.text());
     assert_eq!(late.body, first.body);
-    assert_eq!(env.upstream.executions(&format!("charge:{id}")), 1, "executed once");
+    assert_eq!(
+        env.upstream.executions(&format!("charge:{id}")),
+        1,
+        "executed once"
+    );
 }
 
 type CallHandle = tokio::task::JoinHandle<Option<support::harness::Resp>>;

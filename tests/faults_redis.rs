@@ -568,5 +568,9 @@ async fn completion_retry_outlasts_the_lease_while_the_token_holds() {
     let replay = rig.post("late", &[]).await;
     assert!(replay.replayed(), "{} {}", replay.status, replay.text());
     assert_eq!(replay.body, first.body);
-    assert_eq!(rig.upstream.executions("charge:late"), 1, "never executed twice");
+    assert_eq!(
+        rig.upstream.executions("charge:late"),
+        1,
+        "never executed twice"
+    );
 }
