@@ -4,8 +4,13 @@ script of src/store/redis/scripts.rs, read from the source) against the plain
 `SET k v NX GET PX` it replaced, from INFO commandstats (usec per call), fresh keys and a
 replayed key. Usage: python3 bench/redis_clock_cost.py (starts its own redis-server on
 port 6391)."""
-import re,subprocess,time
-src=open('/work/main/src/store/redis/scripts.rs').read()
+import os
+import re
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+src = open(os.path.join(ROOT, 'src/store/redis/scripts.rs')).read()
 def const(name):
     return re.search(r'const '+name+r': &str = r#?"(.*?)"#?;',src,re.S).group(1)
 reserve=const('CLOCK')+const('RESERVE')
