@@ -49,4 +49,13 @@ if ! command -v promtool >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
+# tests/clock_skew.rs and the nemesis run (tests/nemesis.rs) shift idem's wall clock with
+# Debian's libfaketime.
+if ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
+  echo "libfaketime not found: installing Debian's faketime (the clock tests shift idem's wall clock)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq faketime >/dev/null
+fi
+
 cargo test --workspace --all-targets --locked "$@"
