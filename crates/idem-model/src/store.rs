@@ -97,13 +97,18 @@ impl ModelStore {
     }
 
     pub(crate) fn renew_at(&mut self, at: Tick, token: Token) -> bool {
+        self.set_lease_end(token, at + self.lease)
+    }
+
+    /// Moves the lease's end of `token`'s attempt to `end`, only while it is in progress.
+    fn set_lease_end(&mut self, token: Token, end: Tick) -> bool {
         match &mut self.record {
             Some(Record::InProgress {
                 token: t,
                 lease_end,
                 ..
             }) if *t == token => {
-                *lease_end = at + self.lease;
+                *lease_end = end;
                 true
             }
             _ => false,
@@ -137,17 +142,7 @@ impl ModelStore {
     /// that took over an unknown outcome does when its own send failed before reaching
     /// the upstream (the key was sent before, so the record must remember `sent_at`).
     pub fn end_lease(&mut self, token: Token) -> bool {
-        match &mut self.record {
-            Some(Record::InProgress {
-                token: t,
-                lease_end,
-                ..
-            }) if *t == token => {
-                *lease_end = self.clock;
-                true
-            }
-            _ => false,
-        }
+        self.set_lease_end(token, self.clock)
     }
 
     /// Take over the unknown outcome whose token the caller read (`seen`), to forward
