@@ -58,8 +58,6 @@ enum Entry {
     },
     Completed {
         record: Record,
-        /// The store's time when the record was read or written, and the instant then.
-        seen: (u64, Instant),
         until: Instant,
     },
 }
@@ -124,13 +122,10 @@ impl Local {
                 let now = record.expires_at_ms.saturating_sub(left.as_millis() as u64);
                 return Lookup::Known((record.clone(), now));
             }
-            Some(Entry::Completed {
-                record,
-                seen,
-                until,
-            }) if *until > Instant::now() => {
-                let now = seen.0 + seen.1.elapsed().as_millis() as u64;
-                return Lookup::Known((record.clone(), now));
+            Some(Entry::Completed { record, until }) if *until > Instant::now() => {
+                // A completed record is decided without the clock (replayed, or taken
+                // over by a new attempt whose lease the store stamps).
+                return Lookup::Known((record.clone(), 0));
             }
             _ => {}
         }
@@ -164,19 +159,8 @@ impl Local {
         if record.is_completed() {
             if duplicates {
                 let until = Instant::now() + KEEP_COMPLETED;
-                // A completed record's `expires_at_ms` is the writer's estimate of the
-                // retention's end: the time it was written is about that less nothing
-                // the decision reads (a completed record is replayed whatever the time).
-                let seen = (record.created_at_ms.max(record.sent_at_ms), Instant::now());
                 let record = record.clone();
-                map.insert(
-                    *key,
-                    Entry::Completed {
-                        record,
-                        seen,
-                        until,
-                    },
-                );
+                map.insert(*key, Entry::Completed { record, until });
             } else {
                 map.remove(key);
             }
@@ -288,7 +272,6 @@ impl Leader {
             |duplicates| {
                 (record.is_completed() && duplicates).then(|| Entry::Completed {
                     record: record.clone(),
-                    seen: (now, Instant::now()),
                     until: Instant::now() + KEEP_COMPLETED,
                 })
             },
