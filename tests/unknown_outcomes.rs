@@ -84,7 +84,8 @@ store_cases!([redis, postgres] [hold_refuses_and_remembers_the_attempt,
     reconcile_found_replays_without_forwarding,
     reconcile_absent_forwards_once_with_the_same_key,
     reconcile_failure_is_409_then_settled_by_a_later_repeat,
-    retry_forwards_again_within_the_window_only]);
+    retry_forwards_again_within_the_window_only,
+    a_retry_that_could_not_be_sent_keeps_the_first_send]);
 
 async fn hold_refuses_and_remembers_the_attempt(backend: Backend) {
     let env = Env::new(backend).await;
@@ -252,6 +253,41 @@ async fn retry_forwards_again_within_the_window_only(backend: Backend) {
         1,
         "never sent again past the window"
     );
+}
+
+/// A repeat that takes an unknown outcome over (`retry`) through a replica whose
+/// upstream refuses connections is never sent; it ends its lease instead of deleting
+/// the record (the model's first finding), so the attempt stays an unknown outcome
+/// with its first send: listed, and still refused past the key window. Before the fix
+/// the record was deleted, and a later request reserved afresh and sent the key again.
+async fn a_retry_that_could_not_be_sent_keeps_the_first_send(backend: Backend) {
+    let env = Env::new(backend).await;
+    let config = yaml(&env, "10s", "    upstream_key_window: 30s\n");
+    let b = killed_mid_call(&env, &config, "n1").await;
+    let dead = format!("http://127.0.0.1:{}", support::harness::free_port());
+    let cut_off = IdemProcess::spawn(&config.replace(&env.upstream.url(), &dead)).await;
+    let u = cut_off.url("/invoices/n1/charge");
+    let r = eventually(Duration::from_secs(6), "the lease ended", async || {
+        let r = post(&u, &[], "{}").await;
+        (r.status != 409).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (502, "upstream_unavailable"),
+        "{}",
+        r.text()
+    );
+    let listed = send("GET", &b.admin_url("/v1/unknown"), &[], "").await;
+    let unknown = &listed.json()["unknown"];
+    assert_eq!(
+        unknown.as_array().map(Vec::len),
+        Some(1),
+        "still an unknown outcome: {}",
+        listed.text()
+    );
+    assert_eq!(unknown[0]["key"], "charge:n1");
+    assert_eq!(env.upstream.executions("charge:n1"), 1);
 }
 
 /// The memory store's way to an unknown outcome: the upstream times out after the

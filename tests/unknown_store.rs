@@ -114,7 +114,7 @@ async fn lists_unknown_and_in_flight_never_completed(backend: Backend) {
     // Settled as not executed it is still in progress (the next repeat forwards it).
     let marked = unknown.not_executed();
     assert!(store
-        .take_over(&unknown_key, &unknown.token, &marked, RETENTION)
+        .take_over(&unknown_key, &unknown.token, &marked, RETENTION, None)
         .await
         .unwrap());
     let listed = store.list_in_progress(100).await.unwrap();

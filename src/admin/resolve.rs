@@ -167,7 +167,13 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
     if let Some(keyring) = admin.control.keyring() {
         keyring.seal(&mut sealed, &at.store_key);
     }
-    let written = store.take_over(&at.store_key, &record.token, &sealed, policy.retention);
+    let written = store.take_over(
+        &at.store_key,
+        &record.token,
+        &sealed,
+        policy.retention,
+        None,
+    );
     match written.await {
         Ok(true) => {
             admin.control.metrics().resolved(&at.route, counted);

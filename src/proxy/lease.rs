@@ -26,6 +26,9 @@ pub struct LeaseHolder {
     retention: Duration,
     /// False once a renewal found the record taken over.
     owned: bool,
+    /// The reservation replaced a record (see [`Record::has_history`]): if the call is
+    /// never sent, its lease ends instead of the record being deleted.
+    history: bool,
     /// When the lease ends at the latest, on this process's monotonic clock: measured
     /// from before the write that set it, so it errs early against the store's clock,
     /// which is the one that judges it. Only for `Retry-After`.
@@ -47,6 +50,7 @@ impl LeaseHolder {
         notify: bool,
     ) -> Self {
         LeaseHolder {
+            history: record.has_history(),
             cx,
             key,
             record,
@@ -75,13 +79,7 @@ impl LeaseHolder {
         let record = self.record.renewed(self.lease);
         let sent = Instant::now();
         let store = &self.cx.worker.store;
-        let renewal = store.replace_if_owner(
-            &self.key,
-            &self.record.token,
-            &record,
-            self.retention,
-            false,
-        );
+        let renewal = store.renew(&self.key, &self.record.token, &record, self.retention);
         let (result, _) = self.cx.store_op(StoreOp::Renew, renewal).await;
         match result {
             Ok(true) => {
@@ -90,17 +88,32 @@ impl LeaseHolder {
                 self.cx.worker.metrics.lease_renewals.inc();
             }
             Ok(false) => {
-                tracing::warn!(key = %self.key, "lease lost to another owner; renewals stop");
+                let why = "lease ended (a pause longer than the lease?) or taken over; renewals stop, the outcome is stored only if no one took it over";
+                tracing::warn!(key = %self.key, "{why}");
                 self.owned = false;
             }
             Err(e) => tracing::warn!(key = %self.key, error = %e, "lease renewal failed"),
         }
     }
 
-    /// Delete the reservation (if still ours) so a retry forwards again.
+    /// The call was never sent: delete the reservation (if still ours) so a retry
+    /// forwards again — or, when it replaced a record with history, end its lease now,
+    /// so the record keeps when its key was first sent (the next repeat settles it as
+    /// the route's `on_unknown` says).
     pub async fn release(&self) {
         let store = &self.cx.worker.store;
-        let release = store.release_if_owner(&self.key, &self.record.token);
+        let (key, token) = (&self.key, &self.record.token);
+        let release = async {
+            match self.history {
+                false => store.release_if_owner(key, token).await,
+                true => {
+                    let ended = self.record.lease_ended_now();
+                    store
+                        .replace_if_owner(key, token, &ended, self.retention, true)
+                        .await
+                }
+            }
+        };
         let (result, _) = self.cx.store_op(StoreOp::Release, release).await;
         if let Err(e) = result {
             tracing::warn!(key = %self.key, error = %e, "release failed; once its lease ends the attempt counts as an unknown outcome");
@@ -129,6 +142,7 @@ impl LeaseHolder {
                     lease: self.lease,
                     retention: self.retention,
                     owned: self.owned,
+                    history: self.history,
                     lease_until: self.lease_until,
                     notify: self.notify,
                     keyring: self.keyring.clone(),

@@ -142,15 +142,35 @@ impl Store {
     /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
     /// `owner` **and** it is an attempt whose lease has ended by the store's own clock:
     /// taking over an unknown outcome, or settling it. A renewal that landed first
-    /// refuses it. Wakes watchers.
+    /// refuses it. With `window` (`on_unknown: retry` under `upstream_key_window`), only
+    /// while the attempt's first send is younger than it, on the same clock: a duplicate
+    /// paused between its read and this write must not forward a key the upstream has
+    /// forgotten. (The caller leaves it `None` for an attempt an operator settled as not
+    /// executed: the token fences that reading.) Wakes watchers.
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
+        window: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        dispatch_op!(self, s => s.take_over(key, owner, record, ttl))
+        dispatch_op!(self, s => s.take_over(key, owner, record, ttl, window))
+    }
+
+    /// Extend the owner's lease with `record` (its renewed form), only while the stored
+    /// record carries `owner`'s token **and** its lease has not ended by the store's
+    /// clock: an owner back from a pause longer than its lease finds its attempt already
+    /// an unknown outcome, which others may have read, listed or begun to settle, and
+    /// does not revive it (SPEC §1: a lease is never kept past its end). Silent.
+    pub async fn renew(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        dispatch_op!(self, s => s.renew(key, owner, record, ttl))
     }
 
     /// The store's clock (unix ms): what its leases are judged against. For the admin,

@@ -96,16 +96,17 @@ pub struct Config {
     /// lease it was made under; on shows why (see `tests/findings.rs`).
     pub late_send: bool,
     /// Whether an owner that took over an unknown outcome and could not send deletes
-    /// the record (idem's `Settle::Release` today), forgetting that the key was sent
-    /// before. Off: it ends its lease instead (see `tests/findings.rs`).
+    /// the record (idem's `Settle::Release` before the model found it), forgetting that
+    /// the key was sent before. Off: it ends its lease instead, as idem now does (see
+    /// `tests/findings.rs`).
     pub release_forgets_sent: bool,
     /// Whether duplicates decide with their own (skewed) wall clock while the store
     /// still judges every write on its own: shows that the store's lease check alone
     /// keeps a skewed decision harmless (mutant 2 removes it).
     pub decide_with_own_clock: bool,
     /// Whether the store's takeover checks `upstream_key_window` itself (on its clock,
-    /// when it takes over). Off: only the duplicate's decision checks it, at its read,
-    /// as idem does today (see `tests/findings.rs`).
+    /// when it takes over), as idem's `Store::take_over` now does. Off: only the
+    /// duplicate's decision checks it, at its read (see `tests/findings.rs`).
     pub takeover_checks_window: bool,
     pub mutant: Option<Mutant>,
 }

@@ -89,14 +89,17 @@ impl ModelStore {
     }
 
     /// Extend `token`'s lease to `clock + lease`. False if the record is not an attempt
-    /// carrying `token` (taken over, settled, completed or gone). Like idem's renewal
-    /// (`replace_if_owner`), it checks only the token: an owner back from a pause may
-    /// renew a lease that ended if no one took it over meanwhile.
+    /// carrying `token` (taken over, settled, completed or gone), or if its lease has
+    /// already ended: an owner back from a pause longer than its lease does not revive
+    /// an attempt others may have read as an unknown outcome (idem's `Store::renew`).
     pub fn renew(&mut self, token: Token) -> bool {
         self.renew_at(self.clock, token)
     }
 
     pub(crate) fn renew_at(&mut self, at: Tick, token: Token) -> bool {
+        if self.record.is_none_or(|r| r.lease_ended(at)) {
+            return false;
+        }
         self.set_lease_end(token, at + self.lease)
     }
 

@@ -47,6 +47,16 @@ fn a_live_lease_is_renewed_by_its_owner_only_and_never_taken_over() {
 }
 
 #[test]
+fn a_lease_that_ended_is_not_renewed_even_by_its_owner() {
+    let mut store = ModelStore::new(2);
+    store.reserve(1);
+    store.advance_clock(2);
+    assert!(!store.renew(1), "lease ended at 2, clock 2");
+    assert!(store.record().unwrap().lease_ended(2));
+    assert!(store.complete(1, OK), "the owner's completion still lands");
+}
+
+#[test]
 fn a_takeover_keeps_the_attempt_and_checks_the_key_window() {
     let mut store = ModelStore::new(2);
     store.reserve(1);

@@ -13,6 +13,7 @@ use super::super::forward::upstream_request;
 use super::super::outcome::StoreOp;
 use super::super::problem::{self, Problem, UnknownBecause};
 use super::Flow;
+use crate::config::OnUnknown;
 use crate::key;
 use crate::metrics::Reconciliation;
 use crate::proxy::intent::Intent;
@@ -47,7 +48,14 @@ impl Flow<'_> {
     pub(super) async fn retry_unknown(&mut self, intent: &Intent, existing: &Record) -> Settling {
         let mut next = existing.retried(self.policy.lease);
         next.trace = self.cx.trace().and_then(RequestTrace::link).map(Box::new);
-        match self.take_over(intent, existing, &next).await {
+        // The store checks the key window again on its clock, at the write: this
+        // duplicate may have paused since it read the record.
+        let window = match (self.policy.on_unknown, existing.settled) {
+            (_, Some(Settled::NotExecuted)) => None,
+            (OnUnknown::Retry, _) => self.policy.upstream_key_window,
+            _ => None,
+        };
+        match self.take_over(intent, existing, &next, window).await {
             Ok(true) => Settling::Forward(next),
             Ok(false) => Settling::Lost,
             Err(e) => Settling::StoreFailed(e),
@@ -84,7 +92,7 @@ impl Flow<'_> {
                 if let Some(keyring) = &self.keyring {
                     keyring.seal(&mut stored, &intent.store_key);
                 }
-                match self.take_over(intent, existing, &stored).await {
+                match self.take_over(intent, existing, &stored, None).await {
                     Ok(true) => Settling::Replay(settled),
                     Ok(false) => Settling::Lost,
                     Err(e) => Settling::StoreFailed(e),
@@ -150,10 +158,11 @@ impl Flow<'_> {
         intent: &Intent,
         existing: &Record,
         next: &Record,
+        window: Option<std::time::Duration>,
     ) -> Result<bool, StoreError> {
         let store = &self.cx.worker.store;
         let (key, ttl) = (&intent.store_key, self.policy.retention);
-        let write = store.take_over(key, &existing.token, next, ttl);
+        let write = store.take_over(key, &existing.token, next, ttl, window);
         self.timed(StoreOp::Takeover, write).await
     }
 }

@@ -120,44 +120,66 @@ impl MemoryStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        {
-            let mut shard = self.shared.shard(key);
-            let now = Instant::now();
-            if !shard
-                .get_live(key, now)
-                .is_some_and(|e| e.record.token == *owner)
-            {
-                return Ok(false);
-            }
-            shard.insert(*key, self.shared.entry(record, now, ttl));
-        }
-        if notify {
+        let replaced = self.fenced(key, owner, record, ttl, |_, _| true);
+        if replaced && notify {
             self.shared.watchers.notify(key);
         }
-        Ok(true)
+        Ok(replaced)
     }
 
     /// As `replace_if_owner`, only while the record is an attempt whose lease ended by
-    /// the store's clock; watchers are woken.
+    /// the store's clock (and, with `window`, whose first send is younger than it);
+    /// watchers are woken.
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
+        window: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        {
-            let mut shard = self.shared.shard(key);
-            let now = Instant::now();
-            let now_ms = self.shared.clock.at(now);
-            let unknown = |e: &Entry| e.record.token == *owner && e.record.lease_ended(now_ms);
-            if !shard.get_live(key, now).is_some_and(unknown) {
-                return Ok(false);
-            }
-            shard.insert(*key, self.shared.entry(record, now, ttl));
+        let taken = self.fenced(key, owner, record, ttl, |e, now_ms| {
+            let within = window
+                .is_none_or(|w| now_ms.saturating_sub(e.record.sent_at_ms) < w.as_millis() as u64);
+            e.record.lease_ended(now_ms) && within
+        });
+        if taken {
+            self.shared.watchers.notify(key);
         }
-        self.shared.watchers.notify(key);
-        Ok(true)
+        Ok(taken)
+    }
+
+    /// As `replace_if_owner` (silent), only while the owner's lease has not ended.
+    pub async fn renew(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let live = |e: &Entry, now_ms| !e.record.is_completed() && !e.record.lease_ended(now_ms);
+        Ok(self.fenced(key, owner, record, ttl, live))
+    }
+
+    /// Replace the record carrying `owner`'s token when `allowed` (given the store's
+    /// clock in ms) says so.
+    fn fenced(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+        allowed: impl Fn(&Entry, u64) -> bool,
+    ) -> bool {
+        let mut shard = self.shared.shard(key);
+        let now = Instant::now();
+        let now_ms = self.shared.clock.at(now);
+        let owned = |e: &Entry| e.record.token == *owner && allowed(e, now_ms);
+        if !shard.get_live(key, now).is_some_and(owned) {
+            return false;
+        }
+        shard.insert(*key, self.shared.entry(record, now, ttl));
+        true
     }
 
     pub async fn release_if_owner(

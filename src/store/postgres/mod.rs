@@ -106,7 +106,10 @@ pub async fn migrate(cfg: &PostgresConfig) -> Result<(), StoreError> {
 enum Fenced {
     Replace,
     ReplaceNotify,
-    TakeOver,
+    /// Only an attempt whose lease ended; with a key window in ms, sent within it.
+    TakeOver(Option<i64>),
+    /// Only an attempt whose lease has not ended (silent).
+    Renew,
 }
 
 /// The lease an in-progress record is written with, in ms (the database adds it to its
@@ -225,15 +228,31 @@ impl PostgresStore {
     }
 
     /// As [`PostgresStore::replace_if_owner`] (notifying), only while the row is an
-    /// attempt whose lease has ended by the database's clock.
+    /// attempt whose lease has ended by the database's clock (and, with `window`, whose
+    /// first send is younger than it).
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
+        window: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        self.fenced_write(key, owner, record, ttl, Fenced::TakeOver)
+        let window = window.map(millis);
+        self.fenced_write(key, owner, record, ttl, Fenced::TakeOver(window))
+            .await
+    }
+
+    /// As [`PostgresStore::replace_if_owner`] (silent), only while the owner's lease
+    /// has not ended by the database's clock.
+    pub async fn renew(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.fenced_write(key, owner, record, ttl, Fenced::Renew)
             .await
     }
 
@@ -251,32 +270,31 @@ impl PostgresStore {
         let ttl = millis(ttl);
         let (lease, sent) = lease_millis(record);
         let sql = &self.shared.sql;
-        let notify = statement != Fenced::Replace;
+        let notify = !matches!(statement, Fenced::Replace | Fenced::Renew);
         let replaced = self
             .bounded(async {
                 let client = self.client().await?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                    &&key.0[..],
-                    &&owner.0[..],
-                    &state,
-                    &&record.token.0[..],
-                    &attempt,
-                    &ttl,
-                    &encoded,
-                    &lease,
-                    &sent,
+                let (key, owner, token) = (&key.0[..], &owner.0[..], &record.token.0[..]);
+                let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+                    &key, &owner, &state, &token, &attempt, &ttl, &encoded, &lease, &sent,
                 ];
+                let text = match &statement {
+                    Fenced::Replace => &sql.replace,
+                    Fenced::Renew => &sql.renew,
+                    Fenced::ReplaceNotify => &sql.replace_notify,
+                    Fenced::TakeOver(window) => {
+                        params.push(&sql.channel);
+                        params.push(window);
+                        &sql.take_over
+                    }
+                };
+                if statement == Fenced::ReplaceNotify {
+                    params.push(&sql.channel);
+                }
+                let stmt = client.prepare_cached(text).await?;
                 if notify {
-                    let text = match statement {
-                        Fenced::TakeOver => &sql.take_over,
-                        _ => &sql.replace_notify,
-                    };
-                    let stmt = client.prepare_cached(text).await?;
-                    let mut with_channel = params.to_vec();
-                    with_channel.push(&sql.channel);
-                    Ok(client.query(&stmt, &with_channel).await?.len() == 1)
+                    Ok(client.query(&stmt, &params).await?.len() == 1)
                 } else {
-                    let stmt = client.prepare_cached(&sql.replace).await?;
                     Ok(client.execute(&stmt, &params).await? == 1)
                 }
             })

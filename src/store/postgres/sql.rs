@@ -56,6 +56,7 @@ pub(super) struct Sql {
     pub replace: String,
     pub replace_notify: String,
     pub take_over: String,
+    pub renew: String,
     pub release: String,
     pub get: String,
     pub delete: String,
@@ -138,10 +139,15 @@ SELECT * FROM live"
             // of versions before `lease_until` (NULL) keep their lease in `expires_at`,
             // so they are never taken over here: they expire, and a reservation takes
             // them over as it always did.
+            // `$11`, when not NULL, is `upstream_key_window` in ms: the attempt's first
+            // send must be younger than it, on the same clock.
             take_over: notifying(
                 &update,
-                " AND state = 'in_progress' AND lease_until <= now()",
+                " AND state = 'in_progress' AND lease_until <= now()
+  AND ($11::int8 IS NULL OR sent_at > now() - $11::int8 * interval '1 millisecond')",
             ),
+            // A renewal: only while the lease has not ended (never revived after it).
+            renew: format!("{update} AND state = 'in_progress' AND lease_until > now()"),
             release: format!(
                 "WITH gone AS (
   DELETE FROM {t} WHERE key = $1 AND token = $2 AND expires_at > now() RETURNING key

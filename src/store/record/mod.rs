@@ -301,6 +301,30 @@ impl Record {
         }
     }
 
+    /// This attempt with its lease ending now (same token and first send): what an owner
+    /// whose call was never sent leaves when the record has history (see
+    /// [`Record::has_history`]). Deleting it would forget that the key was sent before,
+    /// and the next request would reserve afresh and send the key again, maybe past
+    /// the upstream's key window (found by the model, `idem-model` tests/findings.rs).
+    pub fn lease_ended_now(&self) -> Record {
+        Record {
+            expires_at_ms: now_ms(),
+            stamp: Some(Stamp {
+                lease: Duration::ZERO,
+                sent: false,
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// Whether this new attempt replaced a record (an unknown outcome taken over, or a
+    /// stored failure retried) rather than reserving an absent key: only a fresh
+    /// reservation (attempt 1, first send stamped) has none. Read from the constructor's
+    /// stamp, so only on the owner's own copy.
+    pub fn has_history(&self) -> bool {
+        self.attempt > 1 || self.stamp.is_some_and(|s| !s.sent)
+    }
+
     /// An attempt whose lease has ended without an outcome: its result is unknown
     /// (SPEC §1 "Unknown outcomes").
     pub fn lease_ended(&self, now_ms: u64) -> bool {

@@ -66,6 +66,16 @@ pub struct RedisStore {
     _tasks: Arc<[AbortOnDrop; 2]>,
 }
 
+/// What a fenced write checks besides the owner's token (see `scripts.rs`).
+#[derive(Clone, Copy)]
+enum Guard {
+    Owner,
+    /// The lease has not ended (a renewal).
+    Renew,
+    /// The lease has ended, and the first send is within the key window if one is given.
+    TakeOver(Option<Duration>),
+}
+
 impl RedisStore {
     /// Builds the store with a subscription of its own and starts its background tasks.
     /// Fails only on configuration problems (bad URL, unreadable CA file); an
@@ -249,20 +259,37 @@ impl RedisStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        self.fenced_write(key, owner, record, ttl, notify, false)
+        self.fenced_write(key, owner, record, ttl, notify, Guard::Owner)
             .await
     }
 
     /// As [`RedisStore::replace_if_owner`], only while the record is an attempt whose
-    /// lease ended by the server's clock; watchers are woken.
+    /// lease ended by the server's clock (and, with `window`, whose first send is
+    /// younger than it); watchers are woken.
     pub async fn take_over(
         &self,
         key: &StoreKey,
         owner: &Token,
         record: &Record,
         ttl: Duration,
+        window: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        self.fenced_write(key, owner, record, ttl, true, true).await
+        let guard = Guard::TakeOver(window);
+        self.fenced_write(key, owner, record, ttl, true, guard)
+            .await
+    }
+
+    /// As [`RedisStore::replace_if_owner`] (silent), only while the owner's lease has
+    /// not ended by the server's clock.
+    pub async fn renew(
+        &self,
+        key: &StoreKey,
+        owner: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.fenced_write(key, owner, record, ttl, false, Guard::Renew)
+            .await
     }
 
     async fn fenced_write(
@@ -272,15 +299,17 @@ impl RedisStore {
         record: &Record,
         ttl: Duration,
         notify: bool,
-        take_over: bool,
+        guard: Guard,
     ) -> Result<bool, StoreError> {
         let renewal = !record.is_completed() && record.token == *owner;
         let conn = if renewal { &self.conn } else { &self.wait_conn };
         let mut link = conn.link();
-        let script = match take_over {
-            false => &self.scripts.replace_if_owner,
-            true => &self.scripts.take_over,
+        let (script, window) = match guard {
+            Guard::Owner => (&self.scripts.replace_if_owner, None),
+            Guard::Renew => (&self.scripts.renew, None),
+            Guard::TakeOver(window) => (&self.scripts.take_over, window),
         };
+        let window = window.map(|w| millis(w).to_string());
         // The lease to stamp on the server's clock (none for a completed record).
         let lease = record.stamp.map(|s| s.lease.as_millis().to_string());
         let sent = match record.stamp {
@@ -296,7 +325,8 @@ impl RedisStore {
                 .arg(channel.as_deref().unwrap_or(""))
                 .arg(&key.hex()[..])
                 .arg(lease.as_deref().unwrap_or(""))
-                .arg(sent);
+                .arg(sent)
+                .arg(window.as_deref().unwrap_or(""));
         };
         let acked = async {
             let replaced: i64 = self

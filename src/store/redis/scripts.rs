@@ -29,6 +29,7 @@ pub(super) struct Scripts {
     pub(super) reserve: Fenced,
     pub(super) replace_if_owner: Fenced,
     pub(super) take_over: Fenced,
+    pub(super) renew: Fenced,
     pub(super) release_if_owner: Fenced,
     pub(super) delete: Fenced,
 }
@@ -52,7 +53,8 @@ impl Scripts {
         Scripts {
             reserve: script(&format!("{CLOCK}{RESERVE}")),
             replace_if_owner: script(&format!("{CLOCK}{REPLACE_IF_OWNER}")),
-            take_over: script(&format!("{CLOCK}{LEASE_ENDED}{REPLACE_IF_OWNER}")),
+            take_over: script(&format!("{CLOCK}{FIELD}{LEASE_ENDED}{REPLACE_IF_OWNER}")),
+            renew: script(&format!("{CLOCK}{FIELD}{LEASE_LIVE}{REPLACE_IF_OWNER}")),
             release_if_owner: script(RELEASE_IF_OWNER),
             delete: script(DELETE),
         }
@@ -103,7 +105,8 @@ return {now}
 /// in ms; `ARGV[4]` channel to notify, or `""` for a silent write (lease renewal);
 /// `ARGV[5]` message (the hex store key); `ARGV[6]` the new lease in ms, or `""` for a
 /// completed record (its life is the key's TTL); `ARGV[7]` `"1"` when this is a first
-/// send (`sent_at_ms` stamped). Returns 1 if replaced, 0 if not the owner.
+/// send (`sent_at_ms` stamped); `ARGV[8]` the key window of a takeover (see
+/// `LEASE_ENDED`). Returns 1 if replaced, 0 if not the owner.
 const REPLACE_IF_OWNER: &str = r"
 local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 2, 33) ~= ARGV[1] then
@@ -116,18 +119,42 @@ end
 return 1
 ";
 
+/// `lease_field(record, name)`: a number field of an in-progress record's metadata
+/// line (`expires_at_ms`, the first field of its kind after the fixed 34-byte head, or
+/// `sent_at_ms`), or `nil` when the record is absent, completed, or lacks it.
+const FIELD: &str = r#"
+local function lease_field(record, name)
+  if not record or string.sub(record, 1, 1) ~= 'P' then
+    return nil
+  end
+  return tonumber(string.match(record, '"' .. name .. '":(%d+)', 35))
+end
+"#;
+
 /// Put before `REPLACE_IF_OWNER` for the takeover: only while the record is an attempt
 /// whose lease has ended by the server's clock — taking over an unknown outcome, or
 /// settling it. A renewal that landed first (the owner came back) moves the lease's end
-/// and refuses this. The lease's end is the metadata's `expires_at_ms`, the first field
-/// of its kind after the fixed 34-byte head.
+/// and refuses this. `ARGV[8]`, when not `""`, is `upstream_key_window` in ms: the
+/// attempt's first send must be younger than it, on the same clock.
 const LEASE_ENDED: &str = r#"
 local record = redis.call('GET', KEYS[1])
-if not record or string.sub(record, 1, 1) ~= 'P' then
+local lease_end = lease_field(record, 'expires_at_ms')
+if not lease_end or lease_end > now then
   return 0
 end
-local lease_end = tonumber(string.match(record, '"expires_at_ms":(%d+)', 35))
-if not lease_end or lease_end > now then
+if ARGV[8] ~= '' then
+  local sent_at = lease_field(record, 'sent_at_ms')
+  if not sent_at or now - sent_at >= tonumber(ARGV[8]) then
+    return 0
+  end
+end
+"#;
+
+/// Put before `REPLACE_IF_OWNER` for a renewal: only while the attempt's lease has not
+/// ended by the server's clock (an owner back from a long pause does not revive it).
+const LEASE_LIVE: &str = r#"
+local lease_end = lease_field(redis.call('GET', KEYS[1]), 'expires_at_ms')
+if not lease_end or lease_end <= now then
   return 0
 end
 "#;
