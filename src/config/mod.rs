@@ -300,6 +300,15 @@ impl RoutePolicy {
             || self.scope.uses_body()
             || !matches!(self.fingerprint.body, BodyFingerprint::Ignore)
     }
+
+    /// How long after an attempt's first send `on_unknown: retry` may still take it
+    /// over: `upstream_key_window` less one lease, because the retried call leaves up
+    /// to a lease after the takeover and must reach the provider while it still
+    /// deduplicates the key (`idem check` requires the window to exceed the lease).
+    pub fn retry_window(&self) -> Option<Duration> {
+        self.upstream_key_window
+            .map(|window| window.saturating_sub(self.lease))
+    }
 }
 
 /// What must be identical for a repeat to count as the same request.

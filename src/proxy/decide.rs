@@ -116,7 +116,7 @@ fn unknown<'r>(existing: &Record, policy: &RoutePolicy, now_ms: u64) -> Decision
     match policy.on_unknown {
         OnUnknown::Retry => {
             let age = Duration::from_millis(now_ms.saturating_sub(existing.sent_at_ms));
-            match policy.upstream_key_window {
+            match policy.retry_window() {
                 Some(window) if age >= window => refuse(UnknownBecause::KeyWindowPassed),
                 _ => Decision::Retry,
             }

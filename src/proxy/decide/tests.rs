@@ -231,8 +231,9 @@ fn unknown_outcome_follows_on_unknown() {
         decide(&r, &intent(), &mine(), &route, true, NOW),
         Decision::Retry
     ));
-    // retry within the window, then as hold past it (measured from the first send).
-    route.upstream_key_window = Some(Duration::from_secs(3_600));
+    // retry within the window less a lease (the retried call may leave up to a lease
+    // after the takeover), then as hold past it (measured from the first send).
+    route.upstream_key_window = Some(Duration::from_secs(3_600) + route.lease);
     let fresh = unknown(1, 3_599_999);
     assert!(matches!(
         decide(&fresh, &intent(), &mine(), &route, false, NOW),

@@ -52,7 +52,7 @@ impl Flow<'_> {
         // duplicate may have paused since it read the record.
         let window = match (self.policy.on_unknown, existing.settled) {
             (_, Some(Settled::NotExecuted)) => None,
-            (OnUnknown::Retry, _) => self.policy.upstream_key_window,
+            (OnUnknown::Retry, _) => self.policy.retry_window(),
             _ => None,
         };
         match self.take_over(intent, existing, &next, window).await {
