@@ -574,3 +574,45 @@ async fn completion_retry_outlasts_the_lease_while_the_token_holds() {
         "never executed twice"
     );
 }
+
+/// Redis refuses connections for 1.6 s while the upstream holds the call (lease 3 s:
+/// renewals due at 1 s and 2 s both fail). A failed renewal is tried again within
+/// milliseconds, not a whole period later, so the lease is renewed as soon as Redis is
+/// back and a repeat after the original lease's end still finds it live: 409, and one
+/// execution. Before, the next renewal came at 3 s, after the lease had ended on
+/// Redis's clock, and the repeat took the attempt over and executed it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_renewal_is_retried_before_the_lease_ends() {
+    let rig = Rig::new("reject", "3s").await;
+    let url = rig.charge("renew");
+    let first =
+        tokio::spawn(
+            async move { harness::post(&url, &[("x-mock-delay-ms", "4500")], "{}").await },
+        );
+    eventually(
+        Duration::from_secs(2),
+        "the call reached the upstream",
+        async || rig.upstream.executions("charge:renew") == 1,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    rig.link.set(Fault::Reset);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    rig.link.set(Fault::Pass);
+    // Past the first lease's end (3 s after the reservation) and before the call ends.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let repeat = rig.post("renew", &[]).await;
+    assert_eq!(
+        (repeat.status, repeat.code().as_str()),
+        (409, "request_in_progress"),
+        "{}",
+        repeat.text()
+    );
+    let first = bounded(first).await.expect("the first call");
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(
+        rig.upstream.executions("charge:renew"),
+        1,
+        "never executed twice"
+    );
+}

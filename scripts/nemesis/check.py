@@ -9,7 +9,7 @@ Violations:
   executed again when the documented case does not apply. Documented (SPEC §1 "Unknown
   outcomes", `on_unknown: retry`): the previous execution's outcome was unknown to idem —
   the upstream reset it or answered after `upstream.timeout`, its replica was killed, its
-  replica was frozen or the store unreachable for most of a lease (docs/reliability.md,
+  replica was frozen or the store unreachable (alone or back to back) for most of a lease (docs/reliability.md,
   "Known limits": a completion that cannot be written for the whole lease), or the store
   failed over meanwhile — and the repeat came after its lease could end, i.e. at least
   2/3 of a lease after that fault (renewals run every lease/3), minus TOLERANCE (see
@@ -70,7 +70,13 @@ def excuse(prev, faults, lease, upstream_timeout):
     the outcome: the upstream reset or stalled it; its replica was killed; its replica was
     frozen, or the store unreachable (restart, freeze: from the kill to the store's
     readiness), long enough for the lease to run out (2/3 lease: the last renewal may be
-    lease/3 old); or the store failed over. The lease ends at least 2/3 lease after."""
+    lease/3 old); or the store failed over. The lease ends at least 2/3 lease after.
+
+    The owner's freezes and the store's outages are merged when less than MERGE_GAP lies
+    between them: the owner cannot renew or complete through either, and a failed renewal
+    is retried within MERGE_GAP (`proxy/lease.rs`), so back-to-back outages cut it off as
+    one long one (seed 11, 10 minutes on Redis: a store restart, the owner frozen 0.6 s
+    later, then a second store restart)."""
     end = prev.end if prev.end is not None else float("inf")
     need = 2 / 3 * lease - TOLERANCE
     reasons = []
@@ -78,25 +84,46 @@ def excuse(prev, faults, lease, upstream_timeout):
         reasons.append((prev.end, "upstream reset it"))
     elif prev.how == "stalled":
         reasons.append((prev.start + upstream_timeout, "upstream stalled"))
+    cut_off = []
     for f in faults:
         if f.started is None:
             continue
         f_end = f.ended if f.ended is not None else float("inf")
-        if not (f.started <= end + 2.0 and f_end >= prev.start - 0.2):
-            continue
-        lost_at = max(min(f.started, end), prev.start)
-        if f.kind == "kill" and f.target == prev.replica:
-            reasons.append((lost_at, f"replica {prev.replica} killed"))
-        elif f.kind == "pause" and f.target == prev.replica and f_end - lost_at >= need:
-            reasons.append((lost_at, f"replica {prev.replica} frozen {f_end - f.started:.1f}s"))
-        elif f.kind in ("st-restart", "st-pause") and f_end - lost_at >= need:
-            reasons.append((lost_at, f"store {f.kind[3:]} {f_end - f.started:.1f}s"))
-        elif f.kind == "failover":
+        mine = f.target == prev.replica
+        if f.kind == "kill" and mine and f.started <= end + 2.0 and f_end >= prev.start - 0.2:
+            reasons.append((max(min(f.started, end), prev.start), f"replica {prev.replica} killed"))
+        elif f.kind == "pause" and mine:
+            cut_off.append((f.started, f_end, f"replica {prev.replica} frozen"))
+        elif f.kind in ("st-restart", "st-pause"):
+            cut_off.append((f.started, f_end, f"store {f.kind[3:]}"))
+        elif f.kind == "failover" and f.started <= end + 2.0 and f_end >= prev.start - 0.2:
+            lost_at = max(min(f.started, end), prev.start)
             reasons.append((lost_at - 2 / 3 * lease, "store failover"))
+    for started, f_end, what in merged(cut_off):
+        if not (started <= end + 2.0 and f_end >= prev.start - 0.2):
+            continue
+        lost_at = max(min(started, end), prev.start)
+        if f_end - lost_at >= need:
+            reasons.append((lost_at, f"{what} {f_end - started:.1f}s"))
     if not reasons:
         return None
     at, why = min(reasons)
     return at + 2 / 3 * lease - TOLERANCE, why
+
+
+MERGE_GAP = 0.5
+
+
+def merged(intervals):
+    """Intervals (start, end, what) joined where less than MERGE_GAP separates them."""
+    out = []
+    for start, end, what in sorted(intervals):
+        if out and start - out[-1][1] < MERGE_GAP:
+            s0, e0, w0 = out[-1]
+            out[-1] = (s0, max(e0, end), w0 if w0 == what else f"{w0} + {what}")
+        else:
+            out.append((start, end, what))
+    return out
 
 
 def judge(intents, upstream, faults, listed, lease, upstream_timeout):

@@ -75,7 +75,8 @@ impl LeaseHolder {
         left.as_millis().div_ceil(1000).max(1) as u64
     }
 
-    async fn renew(&mut self) {
+    /// Renew the lease; `false` when the store could not be reached (try again soon).
+    async fn renew(&mut self) -> bool {
         let record = self.record.renewed(self.lease);
         let sent = Instant::now();
         let store = &self.cx.worker.store;
@@ -86,13 +87,18 @@ impl LeaseHolder {
                 self.record = record;
                 self.lease_until = sent + self.lease;
                 self.cx.worker.metrics.lease_renewals.inc();
+                true
             }
             Ok(false) => {
                 let why = "lease ended (a pause longer than the lease?) or taken over; renewals stop, the outcome is stored only if no one took it over";
                 tracing::warn!(key = %self.key, "{why}");
                 self.owned = false;
+                true
             }
-            Err(e) => tracing::warn!(key = %self.key, error = %e, "lease renewal failed"),
+            Err(e) => {
+                tracing::warn!(key = %self.key, error = %e, "lease renewal failed");
+                false
+            }
         }
     }
 
@@ -224,13 +230,28 @@ pub async fn renewing<F: Future>(
     let period = (holder.lease / 3).max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut backoff = RENEW_RETRY_FIRST;
     loop {
         tokio::select! {
             output = work.as_mut() => return (holder, output),
-            _ = ticker.tick(), if holder.owned => holder.renew().await,
+            _ = ticker.tick(), if holder.owned => {
+                if holder.renew().await {
+                    backoff = RENEW_RETRY_FIRST;
+                } else {
+                    // A store blip must not cost a third of the lease: try again soon,
+                    // so the lease survives outages up to nearly its whole length.
+                    ticker.reset_after(backoff.min(period));
+                    backoff = (backoff * 2).min(RENEW_RETRY_MAX);
+                }
+            }
         }
     }
 }
+
+/// The first retry of a renewal the store did not answer, doubling up to
+/// [`RENEW_RETRY_MAX`] (and never later than the regular period).
+const RENEW_RETRY_FIRST: Duration = Duration::from_millis(50);
+const RENEW_RETRY_MAX: Duration = Duration::from_millis(400);
 
 /// Orphan releases pending at once; past this, an orphan just expires with its lease.
 const MAX_PENDING_ORPHANS: usize = 1_000;
