@@ -121,6 +121,8 @@ class Pg:
                    "-U", "postgres", "-D", self.data, "-R", "-X", "stream", "--no-sync"]
         subprocess.run(as_postgres(cmd), check=True, capture_output=True)
         self.proc = None
+        # Set on a primary with a synchronous standby: back only once a commit returns.
+        self.commits_sync = False
         self.start()
 
     def start(self):
@@ -131,6 +133,23 @@ class Pg:
         self.proc = self.procs.start(self.name, as_postgres(argv))
         wait_for(self.name, lambda: subprocess.run(
             [pg_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"]).returncode == 0)
+        if self.commits_sync:
+            # Accepting connections is not being back: a restarted primary's commits wait
+            # for the synchronous standby to reconnect (seconds), and until then idem's
+            # writes time out. The fault ends when a write commits (check.py's "store
+            # unreachable" is measured to here).
+            wait_for(f"{self.name} commits", self.commits)
+
+    def commits(self):
+        try:
+            subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                            "-d", "postgres", "-AtX", "-c",
+                            "CREATE TABLE IF NOT EXISTS nemesis_probe (at timestamptz); "
+                            "INSERT INTO nemesis_probe VALUES (now())"],
+                           capture_output=True, check=True, timeout=1.0)
+            return True
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            return False
 
     def kill(self):
         self.procs.kill(self.proc)
@@ -159,6 +178,7 @@ class PgPair:
         self.primary.sql("SELECT pg_reload_conf()")
         wait_for("synchronous standby", lambda: self.primary.sql(
             "SELECT sync_state FROM pg_stat_replication") == "sync")
+        self.primary.commits_sync = True
         self.promoted = False
 
     def store_yaml(self):
