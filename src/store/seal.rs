@@ -104,9 +104,10 @@ impl Keyring {
         }
     }
 
-    /// Open `record`'s sealed response under `store_key`, in place.
+    /// Open `record`'s sealed response under `store_key`, in place. A record no listed key opens keeps its
+    /// sealed part, so the admin can still say which key sealed it (`sealed_with`).
     pub fn open(&self, record: &mut Record, store_key: &StoreKey) -> Result<(), Unreadable> {
-        let Some(sealed) = record.sealed.take() else {
+        let Some(sealed) = &record.sealed else {
             return Ok(());
         };
         let Some((_, key)) = self.keys.iter().find(|(id, _)| *id == sealed.key_id) else {
@@ -124,6 +125,7 @@ impl Keyring {
             .open_in_place(nonce, Aad::from(&store_key.0), &mut text)
             .map_err(|_| fail())?;
         record.response = Some(parse(opened).ok_or_else(fail)?);
+        record.sealed = None;
         Ok(())
     }
 }

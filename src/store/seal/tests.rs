@@ -91,6 +91,11 @@ fn rotation_the_first_key_seals_every_listed_key_opens() {
     let mut dropped = old_record.clone();
     let err = new_only.open(&mut dropped, &key).unwrap_err();
     assert!(err.0.contains("\"old\", which is not listed"), "{err}");
+    // Kept sealed, so the admin can name the key (`sealed_with`).
+    assert_eq!(
+        dropped.sealed.as_ref().map(|s| s.key_id.as_str()),
+        Some("old")
+    );
 }
 
 #[test]
