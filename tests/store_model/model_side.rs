@@ -9,6 +9,12 @@ use super::world::{ModelAttempt, World, OPERATOR_OUTCOME};
 
 /// A token no one was issued: what a takeover "read" when there was nothing to read.
 const NOBODY: Token = 0;
+/// The attempt a proxy writes with when it holds none on the key (it completed or
+/// released it, or never won one): a token no one holds, which every fence refuses.
+const STRANGER: ModelAttempt = ModelAttempt {
+    token: NOBODY,
+    attempt: 1,
+};
 
 impl World<'_> {
     /// Applies `op` (not a clock move) to the model; `issued` is the token a
@@ -31,9 +37,7 @@ impl World<'_> {
                 }
             },
             Op::Complete(p, k, ok) => {
-                let Some(mine) = self.model_attempts[p.index()][k].take() else {
-                    return Answer::Skipped;
-                };
+                let mine = self.model_attempts[p.index()][k].take().unwrap_or(STRANGER);
                 let outcome = Outcome {
                     id: p.index() as u8 + 1,
                     attempt: mine.attempt,
@@ -41,18 +45,18 @@ impl World<'_> {
                 };
                 Answer::Done(self.model[k].complete(mine.token, outcome))
             }
-            Op::Renew(p, k) => match self.model_attempts[p.index()][k] {
-                Some(mine) => Answer::Done(self.model[k].renew(mine.token)),
-                None => Answer::Skipped,
-            },
-            Op::Release(p, k) => match self.model_attempts[p.index()][k].take() {
-                Some(mine) => Answer::Done(self.model[k].release(mine.token)),
-                None => Answer::Skipped,
-            },
-            Op::EndLease(p, k) => match self.model_attempts[p.index()][k] {
-                Some(mine) => Answer::Done(self.model[k].end_lease(mine.token)),
-                None => Answer::Skipped,
-            },
+            Op::Renew(p, k) => {
+                let mine = self.model_attempts[p.index()][k].unwrap_or(STRANGER);
+                Answer::Done(self.model[k].renew(mine.token))
+            }
+            Op::Release(p, k) => {
+                let mine = self.model_attempts[p.index()][k].take().unwrap_or(STRANGER);
+                Answer::Done(self.model[k].release(mine.token))
+            }
+            Op::EndLease(p, k) => {
+                let mine = self.model_attempts[p.index()][k].unwrap_or(STRANGER);
+                Answer::Done(self.model[k].end_lease(mine.token))
+            }
             Op::TakeOver(p, k, seen, window) => {
                 let seen = self.model_seen(k, seen);
                 let window = window.map(u64::from);

@@ -10,7 +10,8 @@ use std::fmt;
 use proptest::prelude::*;
 
 /// A proxy. Each owns at most one attempt per key at a time: the token of the
-/// reservation or takeover it last won there.
+/// reservation or takeover it last won there, until it completes or releases it. A
+/// proxy that holds none writes with a token no one holds: a stale owner, refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proxy {
     A,

@@ -2,7 +2,9 @@
 //! and the admin API call it, with the records each proxy holds.
 
 use bytes::Bytes;
-use idem::store::{RecordState, Reserve, Settled, Store, StoreError, StoredResponse, Token};
+use idem::store::{
+    Record, RecordState, Reserve, Settled, Store, StoreError, StoredResponse, Token,
+};
 
 use super::ops::{Op, Proxy, Resolution, Seen};
 use super::view::{of_real, Answer, At};
@@ -46,18 +48,16 @@ impl World<'_> {
                 }
             }
             Op::Complete(p, k, ok) => {
-                let Some(mine) = self.real_attempts[p.index()][k].take() else {
-                    return Ok(Answer::Skipped);
-                };
+                let mine = self.real_attempts[p.index()][k].take();
+                let mine = mine.unwrap_or_else(|| self.stranger(p, k));
                 let done = mine.completed(response(p.index() as u8 + 1, ok), RETENTION);
                 let done = self.by_proxy(p, done);
                 let write = store(p).replace_if_owner(&key, &mine.token, &done, RETENTION, true);
                 Answer::Done(write.await?)
             }
             Op::Renew(p, k) => {
-                let Some(mine) = self.real_attempts[p.index()][k].clone() else {
-                    return Ok(Answer::Skipped);
-                };
+                let mine = self.real_attempts[p.index()][k].clone();
+                let mine = mine.unwrap_or_else(|| self.stranger(p, k));
                 let renewed = self.by_proxy(p, mine.renewed(self.lease()));
                 let done = store(p)
                     .renew(&key, &mine.token, &renewed, RETENTION)
@@ -67,14 +67,14 @@ impl World<'_> {
                 }
                 Answer::Done(done)
             }
-            Op::Release(p, k) => match self.real_attempts[p.index()][k].take() {
-                Some(mine) => Answer::Done(store(p).release_if_owner(&key, &mine.token).await?),
-                None => Answer::Skipped,
-            },
+            Op::Release(p, k) => {
+                let mine = self.real_attempts[p.index()][k].take();
+                let token = mine.map_or(NOBODY, |r| r.token);
+                Answer::Done(store(p).release_if_owner(&key, &token).await?)
+            }
             Op::EndLease(p, k) => {
-                let Some(mine) = self.real_attempts[p.index()][k].clone() else {
-                    return Ok(Answer::Skipped);
-                };
+                let mine = self.real_attempts[p.index()][k].clone();
+                let mine = mine.unwrap_or_else(|| self.stranger(p, k));
                 let ended = self.by_proxy(p, mine.lease_ended_now());
                 let write = store(p).replace_if_owner(&key, &mine.token, &ended, RETENTION, true);
                 let done = write.await?;
@@ -158,6 +158,15 @@ impl World<'_> {
             self.real_operator[k] = Some(settled.token);
         }
         Ok(Answer::Done(resolved))
+    }
+
+    /// The record a proxy writes with when it holds no attempt on the key: one with a
+    /// token no one holds (see `model_side::STRANGER`).
+    fn stranger(&self, p: Proxy, k: usize) -> Record {
+        Record {
+            token: NOBODY,
+            ..self.reservation(p, k)
+        }
     }
 
     fn name(&mut self, name: Option<&str>, token: Token) {

@@ -55,8 +55,6 @@ pub enum Answer {
     /// The operator's resolve refused before writing: the record is not an unknown
     /// outcome (`in_flight`, `not_executed`, `completed`, `absent`).
     NotUnknown(&'static str),
-    /// The proxy holds no attempt on the key: nothing to do.
-    Skipped,
 }
 
 /// The names of the tokens a case issued, by model token and by real token.
@@ -235,7 +233,6 @@ impl fmt::Display for Answer {
             Answer::Done(false) => f.write_str("refused"),
             Answer::Read(v) => write!(f, "{v}"),
             Answer::NotUnknown(why) => write!(f, "not an unknown outcome ({why})"),
-            Answer::Skipped => f.write_str("skipped (no attempt of its own)"),
         }
     }
 }
