@@ -5,7 +5,10 @@
 //!   outcome (SPEC §1 "One clock for every lease": never kept past its end);
 //! - a takeover under `upstream_key_window` is refused once the attempt's first send is
 //!   older than the window, however late the duplicate decided;
-//! - an owner that took over and could not send ends its lease and keeps the first send.
+//! - an owner that took over and could not send ends its lease and keeps the first send;
+//! - a renewal, an ended lease or a completion keeps the first send the store stamped,
+//!   not the writer's estimate of it (a proxy whose clock is skewed would otherwise
+//!   move the key window; found by `tests/store_model.rs`).
 
 mod support;
 
@@ -24,6 +27,7 @@ store_cases!([memory, redis, redis_cluster, postgres] [
     a_lease_that_ended_is_not_renewed,
     a_takeover_past_the_key_window_is_refused,
     ending_a_lease_keeps_the_first_send,
+    a_skewed_owner_keeps_the_stores_first_send,
 ]);
 
 /// Reserves `id` with [`LEASE`] and returns its key and the owner's record.
@@ -104,4 +108,45 @@ async fn ending_a_lease_keeps_the_first_send(backend: Backend) {
     assert!(record.lease_ended(now), "an unknown outcome again");
     assert_eq!(record.sent_at_ms, first.sent_at_ms, "its first send kept");
     assert_eq!(record.token, next.token);
+}
+
+/// An owner whose clock is an hour behind: its copy's `sent_at_ms` is an hour before the
+/// store's, and none of its later writes may bring that estimate into the record.
+async fn a_skewed_owner_keeps_the_stores_first_send(backend: Backend) {
+    let store = backend.instance().await;
+    let key = StoreKey::new("charge", "", "skewed");
+    let mut mine = Record::in_progress("charge", "", "skewed", [1; 32], [2; 32], LEASE);
+    mine.sent_at_ms -= 3_600_000;
+    mine.expires_at_ms -= 3_600_000;
+    let won = store.reserve(&key, &mine, RETENTION).await.unwrap();
+    assert!(matches!(won, Reserve::Won));
+    let (first, _) = stored(&store, &key).await;
+    assert!(
+        first.sent_at_ms > mine.sent_at_ms + 3_000_000,
+        "stamped by the store"
+    );
+
+    let renewed = mine.renewed(LEASE);
+    assert!(store
+        .renew(&key, &mine.token, &renewed, RETENTION)
+        .await
+        .unwrap());
+    let (record, _) = stored(&store, &key).await;
+    assert_eq!(record.sent_at_ms, first.sent_at_ms, "a renewal keeps it");
+
+    let ended = renewed.lease_ended_now();
+    let write = store.replace_if_owner(&key, &mine.token, &ended, RETENTION, true);
+    assert!(write.await.unwrap());
+    let (record, now) = stored(&store, &key).await;
+    assert!(record.lease_ended(now));
+    assert_eq!(
+        record.sent_at_ms, first.sent_at_ms,
+        "ending the lease keeps it"
+    );
+
+    let done = support::store::completed(&ended, RETENTION);
+    let write = store.replace_if_owner(&key, &mine.token, &done, RETENTION, true);
+    assert!(write.await.unwrap());
+    let (record, _) = stored(&store, &key).await;
+    assert_eq!(record.sent_at_ms, first.sent_at_ms, "a completion keeps it");
 }

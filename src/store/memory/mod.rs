@@ -162,7 +162,9 @@ impl MemoryStore {
     }
 
     /// Replace the record carrying `owner`'s token when `allowed` (given the store's
-    /// clock in ms) says so.
+    /// clock in ms) says so. The stored first send is kept unless this write is a first
+    /// send (SPEC §1 "One clock for every lease": `sent_at` is the store's, and a
+    /// renewal or an ended lease carries the writer's estimate, off by its clock's skew).
     fn fenced(
         &self,
         key: &StoreKey,
@@ -175,10 +177,16 @@ impl MemoryStore {
         let now = Instant::now();
         let now_ms = self.shared.clock.at(now);
         let owned = |e: &Entry| e.record.token == *owner && allowed(e, now_ms);
-        if !shard.get_live(key, now).is_some_and(owned) {
+        let Some(stored) = shard.get_live(key, now).filter(|e| owned(e)) else {
             return false;
+        };
+        let mut entry = self.shared.entry(record, now, ttl);
+        if !record.stamp.is_some_and(|s| s.sent) {
+            // Not a first send: the attempt's first send is the one stored, on this
+            // store's clock; the writer's copy holds its own clock's estimate.
+            entry.record.sent_at_ms = stored.record.sent_at_ms;
         }
-        shard.insert(*key, self.shared.entry(record, now, ttl));
+        shard.insert(*key, entry);
         true
     }
 

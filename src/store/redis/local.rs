@@ -9,13 +9,15 @@
 //!   that registers its watch only now would never hear of it: later arrivals then go
 //!   to Redis on their own instead (a lost wake-up, found by the three-replica soak:
 //!   about 1 wait in 55 was woken only by the 1 s fallback timer).
-//! - `Owned`: this process won the key and is running it. A duplicate arriving here
+//! - `Owned`: this process reserved the key and is running it. A duplicate arriving here
 //!   learns "in progress" from that record without asking Redis: the owner is the one
 //!   process that knows for sure. Renewals keep the record current; an entry whose
 //!   lease ran out is ignored (the owner may have stalled and been taken over). How
 //!   long the lease has left is measured on the monotonic clock from the write that
 //!   set it, never on the wall clock: Redis's clock judges the lease, and this estimate
-//!   errs early (it starts after the write's reply).
+//!   errs early (it starts after the write's reply). An attempt this process took
+//!   over is not held: its record's first send is on the store's clock and its lease
+//!   on this proxy's, so no one time judges both (found by `tests/store_model.rs`).
 //! - `Completed`: the owner's completion, kept for [`KEEP_COMPLETED`] when duplicates
 //!   were seen, so the waiters it wakes (and the stragglers of the storm) replay it
 //!   without a round trip. A completed record is immutable but for an admin delete,
@@ -178,16 +180,12 @@ impl Local {
                 }
             }
         } else {
-            // A takeover: a new attempt of ours.
-            let record = record.clone();
-            map.insert(
-                *key,
-                Entry::Owned {
-                    record,
-                    lease_until,
-                    duplicates,
-                },
-            );
+            // A takeover: a new attempt of ours, but duplicates ask Redis. Its record
+            // mixes clocks: the first send is the store's (read with the attempt taken
+            // over), the lease's end this proxy's estimate, so a time derived from the
+            // one (`Lookup::Known`) would misjudge the other (the key window) by this
+            // proxy's skew. Whatever this process held of the key is stale either way.
+            map.remove(key);
         }
     }
 

@@ -63,9 +63,11 @@ impl Scripts {
 
 /// The server's clock as unix ms (`now`), and `stamp(record, lease, sent)`: the record
 /// with `expires_at_ms` set to `now + lease` (unless `lease` is `""`) and, when `sent` is
-/// `"1"`, `sent_at_ms` set to `now`. The fields are looked for in the metadata line only
-/// (from byte 35, before the first newline), where every string is JSON-escaped, so a key
-/// or header cannot fake them.
+/// `"1"`, `sent_at_ms` set to `now`; `keep_sent(record, current)`: the record with the
+/// `sent_at_ms` of the stored `current` (a write that is not a first send keeps the
+/// store's, not the writer's estimate). The fields are looked for in the metadata line
+/// only (from byte 35, before the first newline), where every string is JSON-escaped, so
+/// a key or header cannot fake them.
 const CLOCK: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -76,6 +78,14 @@ local function set_field(record, name, value)
     return record
   end
   return string.sub(record, 1, s + #name + 2) .. string.format('%d', value) .. string.sub(record, e + 1)
+end
+local function keep_sent(record, current)
+  local eol = string.find(current, '\n', 35, true) or #current
+  local s, e = string.find(current, '"sent_at_ms":%d+', 35)
+  if not s or s > eol then
+    return record
+  end
+  return set_field(record, 'sent_at_ms', tonumber(string.sub(current, s + 13, e)))
 end
 local function stamp(record, lease, sent)
   if lease == '' then
@@ -105,14 +115,20 @@ return {now}
 /// in ms; `ARGV[4]` channel to notify, or `""` for a silent write (lease renewal);
 /// `ARGV[5]` message (the hex store key); `ARGV[6]` the new lease in ms, or `""` for a
 /// completed record (its life is the key's TTL); `ARGV[7]` `"1"` when this is a first
-/// send (`sent_at_ms` stamped); `ARGV[8]` the key window of a takeover (see
-/// `LEASE_ENDED`). Returns 1 if replaced, 0 if not the owner.
+/// send (`sent_at_ms` stamped, else the stored one kept: the writer's copy holds its
+/// own clock's estimate, and a renewal or an ended lease under clock skew would move the
+/// key window); `ARGV[8]` the key window of a takeover (see `LEASE_ENDED`). Returns 1 if
+/// replaced, 0 if not the owner.
 const REPLACE_IF_OWNER: &str = r"
 local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], stamp(ARGV[2], ARGV[6], ARGV[7]), 'PX', ARGV[3])
+local record = stamp(ARGV[2], ARGV[6], ARGV[7])
+if ARGV[7] ~= '1' then
+  record = keep_sent(record, current)
+end
+redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end

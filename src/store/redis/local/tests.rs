@@ -117,3 +117,24 @@ async fn after_an_event_about_the_key_later_arrivals_read_for_themselves() {
     leader.exists(&record(), 0);
     assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
 }
+
+/// A takeover's record carries the store's first send and this proxy's estimate of its
+/// lease's end: a duplicate answered from it would be judged at a time on the proxy's
+/// clock (`Lookup::Known`) and see the first send off by the proxy's skew (the key
+/// window misjudged). Duplicates after a takeover ask Redis instead.
+#[test]
+fn after_a_takeover_duplicates_ask_redis() {
+    let local = Local::default();
+    let theirs = record();
+    lead(&local).exists(&theirs, 1_000);
+    // The attempt taken over as the store holds it: first sent an hour before this
+    // proxy's clock says (its clock runs an hour ahead of the store's).
+    let mut read = theirs.clone();
+    read.sent_at_ms = crate::store::record::now_ms() - 3_600_000;
+    let ours = read.retried(Duration::from_secs(30));
+    local.written(&K, &theirs.token, &ours);
+    assert!(
+        matches!(local.lookup(&K), Lookup::Lead(_)),
+        "a duplicate after our takeover goes to Redis"
+    );
+}
