@@ -72,7 +72,7 @@ def excuse(prev, faults, lease, upstream_timeout):
     readiness), long enough for the lease to run out (2/3 lease: the last renewal may be
     lease/3 old); or the store failed over. The lease ends at least 2/3 lease after.
 
-    The owner's freezes and the store's outages are merged when less than MERGE_GAP lies
+    The owner's freezes and kill and the store's outages are merged when less than MERGE_GAP lies
     between them: the owner cannot renew or complete through either, and a failed renewal
     is retried within MERGE_GAP (`proxy/lease.rs`), so back-to-back outages cut it off as
     one long one (seed 11, 10 minutes on Redis: a store restart, the owner frozen 0.6 s
@@ -90,20 +90,25 @@ def excuse(prev, faults, lease, upstream_timeout):
             continue
         f_end = f.ended if f.ended is not None else float("inf")
         mine = f.target == prev.replica
-        if f.kind == "kill" and mine and f.started <= end + 2.0 and f_end >= prev.start - 0.2:
-            reasons.append((max(min(f.started, end), prev.start), f"replica {prev.replica} killed"))
+        if f.kind == "kill" and mine:
+            # A killed owner never writes for this attempt again, restarted or not: a
+            # kill during the call excuses whatever the length of its outage.
+            killed = f.started <= end + 2.0 and f_end >= prev.start - 0.2
+            cut_off.append((f.started, f_end, f"replica {prev.replica} killed", killed))
         elif f.kind == "pause" and mine:
-            cut_off.append((f.started, f_end, f"replica {prev.replica} frozen"))
+            cut_off.append((f.started, f_end, f"replica {prev.replica} frozen", False))
         elif f.kind in ("st-restart", "st-pause"):
-            cut_off.append((f.started, f_end, f"store {f.kind[3:]}"))
+            cut_off.append((f.started, f_end, f"store {f.kind[3:]}", False))
         elif f.kind == "failover" and f.started <= end + 2.0 and f_end >= prev.start - 0.2:
             lost_at = max(min(f.started, end), prev.start)
             reasons.append((lost_at - 2 / 3 * lease, "store failover"))
-    for started, f_end, what in merged(cut_off):
+    for started, f_end, what, killed in merged(cut_off):
         if not (started <= end + 2.0 and f_end >= prev.start - 0.2):
             continue
         lost_at = max(min(started, end), prev.start)
-        if f_end - lost_at >= need:
+        if killed:
+            reasons.append((lost_at, what))
+        elif f_end - lost_at >= need:
             reasons.append((lost_at, f"{what} {f_end - started:.1f}s"))
     if not reasons:
         return None
@@ -115,14 +120,15 @@ MERGE_GAP = 0.5
 
 
 def merged(intervals):
-    """Intervals (start, end, what) joined where less than MERGE_GAP separates them."""
+    """Intervals (start, end, what, killed) joined where less than MERGE_GAP separates
+    them; a joined one is `killed` when any of its parts is."""
     out = []
-    for start, end, what in sorted(intervals):
+    for start, end, what, killed in sorted(intervals):
         if out and start - out[-1][1] < MERGE_GAP:
-            s0, e0, w0 = out[-1]
-            out[-1] = (s0, max(e0, end), w0 if w0 == what else f"{w0} + {what}")
+            s0, e0, w0, k0 = out[-1]
+            out[-1] = (s0, max(e0, end), w0 if w0 == what else f"{w0} + {what}", k0 or killed)
         else:
-            out.append((start, end, what))
+            out.append((start, end, what, killed))
     return out
 
 
