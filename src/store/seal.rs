@@ -3,8 +3,10 @@
 //! A completed record's status, headers and body are sealed together with AES-256-GCM;
 //! what stays readable is what the store needs to work (key hash, state, token,
 //! timestamps, attempt, fingerprint and credential hashes). The nonce is fresh per
-//! record (96 random bits from the system's CSPRNG) and the record's store key is the
-//! associated data, so a sealed value copied under another key does not open.
+//! record (96 random bits from the system's CSPRNG). The associated data is the record's
+//! store key and every readable field the decision reads (`bound.rs`), so a sealed value
+//! copied under another key, or whose credential hash or fingerprint was changed in the
+//! store, does not open.
 //!
 //! The cipher is `ring`'s AEAD: `ring` is already in the binary under rustls, is
 //! maintained and audited, and its AES-GCM uses the CPU's AES and carry-less multiply
@@ -26,12 +28,18 @@ use ring::rand::{SecureRandom, SystemRandom};
 use super::{Record, StoredResponse};
 use crate::key::StoreKey;
 
-/// A stored response as sealed bytes: `nonce || ciphertext || tag`, and the id of the
-/// key that sealed it.
+mod bound;
+
+pub use bound::FORMAT;
+
+/// A stored response as sealed bytes: `nonce || ciphertext || tag`, the id of the
+/// key that sealed it and the format of its associated data (`bound.rs`: 1 = the store
+/// key only, written by earlier releases; 2 = the store key and the decision's fields).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sealed {
     pub key_id: String,
     pub bytes: Bytes,
+    pub format: u8,
 }
 
 /// The keys of `store.encryption`, loaded from their files. Its `Debug` shows the ids
@@ -88,7 +96,7 @@ impl Keyring {
         let mut out = BytesMut::with_capacity(NONCE_LEN + plaintext_len(&response) + 16);
         out.extend_from_slice(&nonce);
         let mut text = plaintext(&response);
-        let aad = Aad::from(&store_key.0);
+        let aad = Aad::from(bound::associated_data(FORMAT, record, store_key));
         // Sealing with a valid key cannot fail for inputs under 64 GiB.
         if key
             .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), aad, &mut text)
@@ -98,6 +106,7 @@ impl Keyring {
             record.sealed = Some(Box::new(Sealed {
                 key_id: id.clone(),
                 bytes: out.freeze(),
+                format: FORMAT,
             }));
         } else {
             record.response = Some(response);
@@ -105,7 +114,10 @@ impl Keyring {
     }
 
     /// Open `record`'s sealed response under `store_key`, in place. A record no listed key opens keeps its
-    /// sealed part, so the admin can still say which key sealed it (`sealed_with`).
+    /// sealed part, so the admin can still say which key sealed it (`sealed_with`). The
+    /// associated data is rebuilt from the record as read, so a changed credential hash,
+    /// fingerprint, route, scope, key, attempt or settlement fails the tag like a changed
+    /// ciphertext does.
     pub fn open(&self, record: &mut Record, store_key: &StoreKey) -> Result<(), Unreadable> {
         let Some(sealed) = &record.sealed else {
             return Ok(());
@@ -114,7 +126,15 @@ impl Keyring {
             let message = format!("sealed with key {:?}, which is not listed", sealed.key_id);
             return Err(Unreadable(message));
         };
+        if sealed.format != FORMAT && sealed.format != bound::UNBOUND {
+            let message = format!(
+                "sealed in format {}, unknown to this release",
+                sealed.format
+            );
+            return Err(Unreadable(message));
+        }
         let fail = || Unreadable(format!("does not open with key {:?}", sealed.key_id));
+        let aad = bound::associated_data(sealed.format, record, store_key);
         if sealed.bytes.len() < NONCE_LEN {
             return Err(fail());
         }
@@ -122,7 +142,7 @@ impl Keyring {
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| fail())?;
         let mut text = text.to_vec();
         let opened = key
-            .open_in_place(nonce, Aad::from(&store_key.0), &mut text)
+            .open_in_place(nonce, Aad::from(aad), &mut text)
             .map_err(|_| fail())?;
         record.response = Some(parse(opened).ok_or_else(fail)?);
         record.sealed = None;
