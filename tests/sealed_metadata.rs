@@ -2,7 +2,10 @@
 //! - with `store.encryption`, a victim's sealed record whose credential hash (or
 //!   fingerprint) was replaced in the store with an attacker's is 409
 //!   `record_unreadable` for the attacker — never the victim's body, never a second
-//!   execution, counted in `idem_unreadable_records_total`.
+//!   execution, counted in `idem_unreadable_records_total`;
+//! - with `store.encryption.credential_key_file`, a raw dump of the store holds no plain
+//!   SHA-256 of a caller's credentials, and records stored before the key was set still
+//!   replay to their caller.
 
 mod support;
 
@@ -17,14 +20,28 @@ const VICTIM: &str = "Bearer victim-t0ken";
 const THIEF: &str = "Bearer thief-t0ken";
 
 fn config(env: &Env, dir: &Path) -> String {
+    config_with(env, dir, false)
+}
+
+/// With `credential_key`, the credential hash is keyed.
+fn config_with(env: &Env, dir: &Path, credential_key: bool) -> String {
     let file = dir.join("k1");
     let key = base64::engine::general_purpose::STANDARD.encode([6u8; 32]);
     std::fs::write(&file, key).unwrap();
-    let store = env.base_yaml("5s");
-    let encryption = format!(
+    let mut encryption = format!(
         "  encryption:\n    keys:\n      - {{id: \"k1\", file: \"{}\"}}\n",
         file.display()
     );
+    if credential_key {
+        let file = dir.join("credentials");
+        let key = base64::engine::general_purpose::STANDARD.encode([8u8; 32]);
+        std::fs::write(&file, key).unwrap();
+        encryption.push_str(&format!(
+            "    credential_key_file: \"{}\"\n",
+            file.display()
+        ));
+    }
+    let store = env.base_yaml("5s");
     let store = store.replacen("store:\n", &format!("store:\n{encryption}"), 1);
     format!(
         "{store}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    fingerprint: [method, body]\n"
@@ -102,7 +119,106 @@ fn field(bytes: &[u8], name: &str) -> String {
     text[at..at + 64].to_owned()
 }
 
-store_cases!([redis, postgres][an_altered_credential_hash_or_fingerprint_is_unreadable]);
+store_cases!([redis, postgres] [an_altered_credential_hash_or_fingerprint_is_unreadable,
+    a_store_dump_holds_no_plain_credential_hash]);
+
+/// The plain credential hash of a request carrying `Authorization: auth` (the default
+/// `bind_credentials`), in hex as records and PostgreSQL's bytea text show it.
+fn plain_credential_hash(auth: &str) -> String {
+    let names: Vec<http::HeaderName> = ["authorization", "cookie", "x-api-key"]
+        .iter()
+        .map(|n| http::HeaderName::from_static(n))
+        .collect();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("authorization", auth.parse().unwrap());
+    hex::encode(idem::key::credential_hash(&names, &headers))
+}
+
+/// Every key and value in the store, as text: Redis `SCAN` + `GET`, every PostgreSQL row
+/// (its bytea columns as hex).
+fn dump(env: &Env) -> String {
+    match &env.backend {
+        Backend::Redis(server) => {
+            let mut c = ::redis::Client::open(server.url())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let (mut cursor, mut keys) = (0u64, Vec::<String>::new());
+            loop {
+                let (next, batch): (u64, Vec<String>) =
+                    ::redis::cmd("SCAN").arg(cursor).query(&mut c).unwrap();
+                keys.extend(batch);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            let mut out = String::new();
+            for key in keys {
+                let value: Option<Vec<u8>> =
+                    ::redis::cmd("GET").arg(&key).query(&mut c).unwrap_or(None);
+                out.push_str(&key);
+                out.push_str(&String::from_utf8_lossy(&value.unwrap_or_default()));
+            }
+            out
+        }
+        Backend::Postgres(server) => server.psql(
+            "SELECT string_agg(t::text || encode(t.record, 'escape'), E'\\n') FROM idem_records t",
+        ),
+        _ => unreachable!(),
+    }
+}
+
+async fn a_store_dump_holds_no_plain_credential_hash(backend: Backend) {
+    let env = Env::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = IdemProcess::spawn(&config_with(&env, dir.path(), true)).await;
+    let first = charge(&p, "dumped", VICTIM, "{}").await;
+    assert_eq!(first.status, 201);
+    let raw = dump(&env);
+    assert!(raw.contains("\"sealed\":\"k1\""), "{raw}");
+    let plain = plain_credential_hash(VICTIM);
+    assert!(!raw.contains(&plain), "the plain SHA-256 {plain} in {raw}");
+    let replay = charge(&p, "dumped", VICTIM, "{}").await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+    let thief = charge(&p, "dumped", THIEF, "{}").await;
+    assert_eq!(thief.status, 403);
+    assert_eq!(env.upstream.executions("charge:dumped"), 1);
+}
+
+/// Rewrite `p`'s configuration, SIGHUP it, and wait until it runs `generation`.
+async fn reload(p: &IdemProcess, yaml: &str, generation: f64) {
+    p.rewrite_config(yaml);
+    p.signal("HUP");
+    support::poll::eventually(std::time::Duration::from_secs(5), "reloaded", async || {
+        let m = send("GET", &p.admin_url("/metrics"), &[], "").await.text();
+        metric_sum(&m, "idem_config_generation") >= generation
+    })
+    .await;
+}
+
+/// A record stored before the credential key was set (a plain hash) still replays to its
+/// caller after it is set; records made since carry the keyed hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_from_before_the_credential_key_still_replay() {
+    let env = Env::new(Backend::redis()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = IdemProcess::spawn(&config_with(&env, dir.path(), false)).await;
+    let before = charge(&p, "before", VICTIM, "{}").await;
+    let plain = plain_credential_hash(VICTIM);
+    assert_eq!(field(&read(&env, "before"), "credentials"), plain);
+    reload(&p, &config_with(&env, dir.path(), true), 2.0).await;
+    let replay = charge(&p, "before", VICTIM, "{}").await;
+    assert!(replay.replayed(), "{}", replay.text());
+    assert_eq!(replay.body, before.body);
+    assert_eq!(charge(&p, "before", THIEF, "{}").await.status, 403);
+    assert_eq!(charge(&p, "after", VICTIM, "{}").await.status, 201);
+    assert_ne!(field(&read(&env, "after"), "credentials"), plain);
+    assert!(charge(&p, "after", VICTIM, "{}").await.replayed());
+    assert_eq!(env.upstream.executions("charge:before"), 1);
+    assert_eq!(env.upstream.executions("charge:after"), 1);
+}
 
 async fn an_altered_credential_hash_or_fingerprint_is_unreadable(backend: Backend) {
     let env = Env::new(backend).await;

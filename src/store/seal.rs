@@ -29,6 +29,7 @@ use super::{Record, StoredResponse};
 use crate::key::StoreKey;
 
 mod bound;
+mod credential_key;
 
 pub use bound::FORMAT;
 
@@ -46,6 +47,8 @@ pub struct Sealed {
 /// only: key material never reaches a log line.
 pub struct Keyring {
     keys: Vec<(String, LessSafeKey)>,
+    /// Keys the credential hash (`credential_key.rs`); `None` keeps it plain SHA-256.
+    credential_key: Option<ring::hmac::Key>,
 }
 
 /// A sealed record none of the keys opens (a dropped key, a replica without keys, a
@@ -75,7 +78,10 @@ impl Keyring {
         if loaded.is_empty() {
             return Err("list at least one key: the first seals, all open".to_owned());
         }
-        Ok(Keyring { keys: loaded })
+        Ok(Keyring {
+            keys: loaded,
+            credential_key: None,
+        })
     }
 
     /// The ids, sealing key first.
@@ -159,6 +165,14 @@ impl fmt::Debug for Keyring {
 }
 
 fn read_key(file: &Path) -> Result<LessSafeKey, String> {
+    let bytes = read_key_bytes(file)?;
+    let key = UnboundKey::new(&AES_256_GCM, &bytes)
+        .map_err(|_| format!("key file {} is not a usable key", file.display()))?;
+    Ok(LessSafeKey::new(key))
+}
+
+/// A key file's 32 bytes (base64).
+fn read_key_bytes(file: &Path) -> Result<Vec<u8>, String> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("cannot read key file {}: {e}", file.display()))?;
     let bytes = base64::engine::general_purpose::STANDARD
@@ -171,9 +185,7 @@ fn read_key(file: &Path) -> Result<LessSafeKey, String> {
             bytes.len()
         ));
     }
-    let key = UnboundKey::new(&AES_256_GCM, &bytes)
-        .map_err(|_| format!("key file {} is not a usable key", file.display()))?;
-    Ok(LessSafeKey::new(key))
+    Ok(bytes)
 }
 
 /// `status u16 | header count u16 | (name len u16, name, value len u32, value)* |
