@@ -5,7 +5,9 @@
 //!   execution, counted in `idem_unreadable_records_total`;
 //! - with `store.encryption.credential_key_file`, a raw dump of the store holds no plain
 //!   SHA-256 of a caller's credentials, and records stored before the key was set still
-//!   replay to their caller.
+//!   replay to their caller;
+//! - the raw key and scope of a sealed record are not in the store either, and the admin
+//!   API shows them opened.
 
 mod support;
 
@@ -179,6 +181,16 @@ async fn a_store_dump_holds_no_plain_credential_hash(backend: Backend) {
     assert!(raw.contains("\"sealed\":\"k1\""), "{raw}");
     let plain = plain_credential_hash(VICTIM);
     assert!(!raw.contains(&plain), "the plain SHA-256 {plain} in {raw}");
+    // The raw key is sealed too; the admin API opens it for display.
+    assert!(!raw.contains("charge:dumped"), "the raw key in {raw}");
+    let url = p.admin_url("/v1/keys/charge/charge%3Adumped");
+    let shown = send("GET", &url, &[], "").await;
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    assert!(
+        shown.text().contains("\"key\":\"charge:dumped\""),
+        "{}",
+        shown.text()
+    );
     let replay = charge(&p, "dumped", VICTIM, "{}").await;
     assert!(replay.replayed());
     assert_eq!(replay.body, first.body);

@@ -99,9 +99,11 @@ impl Keyring {
         if SystemRandom::new().fill(&mut nonce).is_err() {
             nonce = rand::random();
         }
-        let mut out = BytesMut::with_capacity(NONCE_LEN + plaintext_len(&response) + 16);
+        let identity = record.key.len() + record.scope.len() + 8;
+        let mut out = BytesMut::with_capacity(NONCE_LEN + identity + plaintext_len(&response) + 16);
         out.extend_from_slice(&nonce);
-        let mut text = plaintext(&response);
+        let mut text = bound::identity(record, &response);
+        text.extend_from_slice(&plaintext(&response));
         let aad = Aad::from(bound::associated_data(FORMAT, record, store_key));
         // Sealing with a valid key cannot fail for inputs under 64 GiB.
         if key
@@ -114,6 +116,9 @@ impl Keyring {
                 bytes: out.freeze(),
                 format: FORMAT,
             }));
+            // Sealed, so no longer readable in the store (the store key binds them).
+            record.key.clear();
+            record.scope.clear();
         } else {
             record.response = Some(response);
         }
@@ -122,8 +127,8 @@ impl Keyring {
     /// Open `record`'s sealed response under `store_key`, in place. A record no listed key opens keeps its
     /// sealed part, so the admin can still say which key sealed it (`sealed_with`). The
     /// associated data is rebuilt from the record as read, so a changed credential hash,
-    /// fingerprint, route, scope, key, attempt or settlement fails the tag like a changed
-    /// ciphertext does.
+    /// fingerprint, route, attempt or settlement fails the tag like a changed ciphertext
+    /// does. The raw key and scope come back from the sealed bytes (format 2).
     pub fn open(&self, record: &mut Record, store_key: &StoreKey) -> Result<(), Unreadable> {
         let Some(sealed) = &record.sealed else {
             return Ok(());
@@ -150,7 +155,17 @@ impl Keyring {
         let opened = key
             .open_in_place(nonce, Aad::from(aad), &mut text)
             .map_err(|_| fail())?;
+        let (identity, opened) = match sealed.format {
+            bound::UNBOUND => (None, &opened[..]),
+            _ => {
+                let (key, scope, rest) = bound::parse_identity(opened).ok_or_else(fail)?;
+                (Some((key, scope)), rest)
+            }
+        };
         record.response = Some(parse(opened).ok_or_else(fail)?);
+        if let Some((key, scope)) = identity {
+            (record.key, record.scope) = (key, scope);
+        }
         record.sealed = None;
         Ok(())
     }

@@ -46,7 +46,6 @@ fn altered_metadata_does_not_open() {
         ("credentials", hex(2), hex(0xee)),
         ("fingerprint", hex(1), hex(0xee)),
         ("route", "\"charge\"".to_owned(), "\"chargf\"".to_owned()),
-        ("key", "\"k\"".to_owned(), "\"j\"".to_owned()),
         ("attempt", "1".to_owned(), "2".to_owned()),
     ];
     for (name, from, to) in fields {
@@ -73,6 +72,36 @@ fn quoted_if_hex(s: &str) -> String {
     } else {
         s.to_owned()
     }
+}
+
+/// Format 2 seals the raw key and scope with the response: empty in the store, back
+/// when opened; a key or scope written into the readable metadata is not believed.
+#[test]
+fn the_raw_key_and_scope_are_sealed() {
+    let (ring, _dir) = keyring(&[("k1", [7; 32])]);
+    let mut r = completed();
+    (r.key, r.scope) = ("charge:inv-SECRET".to_owned(), "tenant-SECRET".to_owned());
+    let at = StoreKey::new(&r.route, &r.scope, &r.key);
+    let original = r.clone();
+    ring.seal(&mut r, &at);
+    let bytes = encode(&r);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(text.contains("\"scope\":\"\",\"key\":\"\""), "{text}");
+    let mut back = decode(&bytes).unwrap();
+    ring.open(&mut back, &at).unwrap();
+    assert_eq!(
+        (back.key, back.scope),
+        (original.key.clone(), original.scope.clone())
+    );
+    let planted = rewrite(&bytes, "\"key\":\"\"", "\"key\":\"charge:other\"");
+    let mut back = decode(&planted).unwrap();
+    ring.open(&mut back, &at).unwrap();
+    assert_eq!(back.key, original.key);
+    // Opened under another store key (another key or scope asked for): no.
+    let mut back = decode(&bytes).unwrap();
+    let other = StoreKey::new(&original.route, &original.scope, "charge:other");
+    assert!(ring.open(&mut back, &other).is_err());
 }
 
 /// A record sealed by the previous release (associated data: the store key only, no
