@@ -52,10 +52,10 @@ pub fn associated_data(format: u8, record: &Record, store_key: &StoreKey) -> Vec
 }
 
 /// The raw key and scope, sealed ahead of the response in format 2: `key len u32 | key |
-/// scope len u32 | scope`. `response` only sizes the buffer.
-pub fn identity(record: &Record, response: &crate::store::StoredResponse) -> Vec<u8> {
-    let body = response.body.as_ref().map_or(0, |b| b.len());
-    let mut out = Vec::with_capacity(record.key.len() + record.scope.len() + 8 + body + 256);
+/// scope len u32 | scope`, in a buffer with room for `more` bytes after them (the
+/// response and the tag).
+pub fn identity(record: &Record, more: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(record.key.len() + record.scope.len() + 8 + more);
     for field in [&record.key, &record.scope] {
         out.extend_from_slice(&(field.len() as u32).to_be_bytes());
         out.extend_from_slice(field.as_bytes());
