@@ -191,6 +191,16 @@ async fn a_store_dump_holds_no_plain_credential_hash(backend: Backend) {
         "{}",
         shown.text()
     );
+    // A replica whose key does not open it names the sealing key and the key asked for.
+    let other = tempfile::tempdir().unwrap();
+    let yaml = config_with(&env, other.path(), false);
+    let wrong = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+    std::fs::write(other.path().join("k1"), wrong).unwrap();
+    let keyless = IdemProcess::spawn(&yaml).await;
+    let url = keyless.admin_url("/v1/keys/charge/charge%3Adumped");
+    let shown = send("GET", &url, &[], "").await.text();
+    assert!(shown.contains("\"sealed_with\":\"k1\""), "{shown}");
+    assert!(shown.contains("\"key\":\"charge:dumped\""), "{shown}");
     let replay = charge(&p, "dumped", VICTIM, "{}").await;
     assert!(replay.replayed());
     assert_eq!(replay.body, first.body);
