@@ -7,6 +7,10 @@
 //! Formats:
 //! - `v1-*`: before unknown outcomes (no `sent_at_ms`, no `settled`); an in-progress
 //!   record's key expired with its lease.
+//! - `sealed-v1-*`: sealed (`store.encryption`) before issue 32: the associated data is
+//!   the store key only, no `seal_format`, the raw key and scope readable.
+//! - `sealed-v2-*`: `"seal_format":2`: the associated data binds the decision's fields,
+//!   the raw key and scope are sealed. Both open with the key `[6; 32]`, id `2026-06`.
 
 mod support;
 
@@ -139,4 +143,53 @@ async fn a_v1_reservation_behaves_as_an_attempt_with_its_lease() {
     .await;
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(env.upstream.executions("charge:inv_1"), 1);
+}
+
+/// Sealed records of both formats open; only format 2 binds its metadata (a format 1
+/// record is trusted as before until it expires).
+#[test]
+fn sealed_records_of_each_format_open() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("2026-06");
+    std::fs::write(
+        &file,
+        base64::engine::general_purpose::STANDARD.encode([6u8; 32]),
+    )
+    .unwrap();
+    let ring = idem::store::seal::Keyring::load(&[("2026-06".to_owned(), file)]).unwrap();
+    let at = idem::key::StoreKey::new("charge_invoice", "tenant-a", "charge:inv_9");
+    let body = &b"{\"holder\":\"Ada Lovelace\"}"[..];
+    for (name, format) in [
+        ("sealed-v1-completed.bin", 1),
+        ("sealed-v2-completed.bin", 2),
+    ] {
+        let bytes = fixture(name);
+        let mut r = decode(&bytes).unwrap();
+        assert_eq!(r.sealed.as_ref().unwrap().format, format, "{name}");
+        assert_eq!(r.key.is_empty(), format == 2, "{name}: the raw key sealed");
+        ring.open(&mut r, &at).unwrap();
+        assert_eq!(
+            (r.route.as_str(), r.scope.as_str(), r.key.as_str()),
+            ("charge_invoice", "tenant-a", "charge:inv_9"),
+            "{name}"
+        );
+        let stored = r.response.unwrap();
+        assert_eq!((stored.status, stored.body.as_deref()), (201, Some(body)));
+        // Another credential hash written over it.
+        let text = bytes.clone();
+        let at_credentials = text
+            .windows(13)
+            .position(|w| w == b"\"credentials\"")
+            .unwrap()
+            + 15;
+        let mut altered = bytes.clone();
+        altered[at_credentials..at_credentials + 64].copy_from_slice(&[b'e'; 64]);
+        let mut r = decode(&altered).unwrap();
+        assert_eq!(
+            ring.open(&mut r, &at).is_ok(),
+            format == 1,
+            "{name}: only format 2 binds the credential hash"
+        );
+    }
 }

@@ -313,6 +313,28 @@ fn a_new_key_from_the_cli_is_accepted_and_never_echoed() {
         text.contains("store.encryption.keys[0].file") && text.contains("holds 5 bytes"),
         "{text}"
     );
+    // The credential key: said to be in use, never echoed, checked like the others.
+    std::fs::write(&file, &key).unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::write(&credentials, &key).unwrap();
+    let yaml = std::fs::read_to_string(&config).unwrap()
+        + &format!("    credential_key_file: {}\n", credentials.display());
+    std::fs::write(&config, yaml).unwrap();
+    let keyed = run(&["check", "--config", config.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&keyed.stdout).into_owned()
+        + &String::from_utf8_lossy(&keyed.stderr);
+    assert!(keyed.status.success(), "{text}");
+    assert!(text.contains("credential hashes keyed"), "{text}");
+    assert!(!text.contains(key.trim()), "{text}");
+    std::fs::write(&credentials, "c2hvcnQ=").unwrap();
+    let bad = run(&["check", "--config", config.to_str().unwrap()]);
+    let text =
+        String::from_utf8_lossy(&bad.stderr).into_owned() + &String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(64), "{text}");
+    assert!(
+        text.contains("store.encryption.credential_key_file") && text.contains("holds 5 bytes"),
+        "{text}"
+    );
 }
 
 /// Sealing is the proxy's, before any store: a sealed outcome replays on every backend,

@@ -60,6 +60,11 @@ pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminRespon
                 if let Some(keyring) = admin.control.keyring() {
                     let _ = keyring.open(&mut record, &at.store_key);
                 }
+                // Still sealed, its raw key and scope with it: they are the ones asked
+                // for (the store key is their hash).
+                if record.sealed.is_some() && record.key.is_empty() {
+                    (record.key, record.scope) = (key, scope);
+                }
                 json_response(StatusCode::OK, &describe(&record, with_body, now))
             }
             Ok(((None, _), _)) => error(StatusCode::NOT_FOUND, "no such key"),

@@ -248,7 +248,7 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
 /// `store.encryption: {keys: [{id, file}, ...]}`, loaded (an unreadable or malformed
 /// key file is reported at its entry; its content never is).
 fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<Keyring> {
-    let f = w.fields(node, "store.encryption", &["keys"]);
+    let f = w.fields(node, "store.encryption", &["keys", "credential_key_file"]);
     let Some(list) = f.get("keys") else {
         w.error(
             node.pos,
@@ -283,10 +283,21 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<Keyring> {
     if !ok {
         return None;
     }
-    match Keyring::load(&keys) {
-        Ok(keyring) => Some(keyring),
+    let keyring = match Keyring::load(&keys) {
+        Ok(keyring) => keyring,
         Err(message) => {
             w.error(list.pos, "store.encryption.keys", message);
+            return None;
+        }
+    };
+    // Optional: keys the credential hash (`seal/credential_key.rs` says why a key of its own).
+    let Some(file) = w.string(&f, "credential_key_file") else {
+        return Some(keyring);
+    };
+    match keyring.with_credential_key(std::path::Path::new(&file.value)) {
+        Ok(keyring) => Some(keyring),
+        Err(message) => {
+            w.error(file.pos, &file.path, message);
             None
         }
     }

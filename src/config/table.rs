@@ -27,6 +27,9 @@ impl Config {
             // Key ids only: the material never leaves the keyring.
             let ids: Vec<&str> = keyring.ids().collect();
             out.push_str(&format!(" sealed (keys: {})", ids.join(", ")));
+            if keyring.keys_credentials() {
+                out.push_str(", credential hashes keyed");
+            }
         }
         out
     }

@@ -67,7 +67,7 @@ pub fn decide<'r>(
         return Decision::Won;
     }
     // Credentials first: a stranger learns nothing about the request.
-    if existing.credentials != intent.credentials {
+    if !intent.same_caller(&existing.credentials) {
         return Decision::Refuse(problem::credential_mismatch(), Outcome::Rejected);
     }
     if existing.fingerprint != intent.fingerprint {

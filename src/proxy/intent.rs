@@ -14,6 +14,7 @@ use crate::config::RoutePolicy;
 use crate::key::{self, KeyError, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
+use crate::store::seal::Keyring;
 use crate::store::Record;
 use crate::template::RequestView;
 
@@ -23,7 +24,12 @@ pub struct Intent {
     pub scope: String,
     pub store_key: StoreKey,
     pub fingerprint: [u8; 32],
+    /// The credential hash a record made now carries: keyed when the keyring has a
+    /// credential key (`store.encryption.credential_key_file`), else the plain digest.
     pub credentials: [u8; 32],
+    /// The plain digest when `credentials` is keyed: records stored before the key was
+    /// set carry it, and still match the same caller.
+    pub credentials_plain: Option<[u8; 32]>,
 }
 
 impl Intent {
@@ -36,6 +42,7 @@ impl Intent {
         captures: &Captures,
         body: &BodyView,
         mcp: Option<&ToolCall>,
+        keyring: Option<&Keyring>,
     ) -> Result<Option<Intent>, KeyError> {
         let view = RequestView {
             method: &parts.method,
@@ -53,6 +60,8 @@ impl Intent {
             return Ok(None);
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let plain = credentials(policy, &parts.headers);
+        let keyed = keyring.and_then(|k| k.credential_hash(&plain));
         Ok(Some(Intent {
             store_key: StoreKey::new(&policy.name, &scope, &key),
             fingerprint: key::fingerprint_with(
@@ -62,10 +71,17 @@ impl Intent {
                 body,
                 mcp.map(|call| call.args_hash.as_bytes()),
             ),
-            credentials: credentials(policy, &parts.headers),
+            credentials: keyed.unwrap_or(plain),
+            credentials_plain: keyed.map(|_| plain),
             key,
             scope,
         }))
+    }
+
+    /// Whether a record's credential hash is this caller's (keyed, or plain from before
+    /// the credential key).
+    pub fn same_caller(&self, credentials: &[u8; 32]) -> bool {
+        *credentials == self.credentials || Some(*credentials) == self.credentials_plain
     }
 
     /// A fresh in-progress reservation for this intent.

@@ -282,7 +282,8 @@ pub fn upstream_timeout(held_for: Option<u64>, on_unknown: OnUnknown) -> Problem
 }
 
 /// 409 `record_unreadable`: the stored outcome is sealed with a key this replica does not
-/// have (a dropped or missing key). Never executed again.
+/// have (a dropped or missing key), or its readable metadata was altered in the store
+/// (the seal binds it). Never executed again.
 pub fn record_unreadable(route: &str) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
@@ -290,9 +291,10 @@ pub fn record_unreadable(route: &str) -> Problem {
         "Stored result unreadable",
         format!(
             "This '{route}' request was already executed, but its stored result cannot be \
-             read here (it is sealed with a key this proxy does not hold). It will not be \
-             executed again. Do not send it with a different key; an operator must restore \
-             the key, and the same request then returns its result."
+             read here (it is sealed with a key this proxy does not hold, or it was altered \
+             in the store). It will not be executed again. Do not send it with a different \
+             key; an operator must restore the key, and the same request then returns its \
+             result."
         ),
     )
 }

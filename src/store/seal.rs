@@ -3,8 +3,10 @@
 //! A completed record's status, headers and body are sealed together with AES-256-GCM;
 //! what stays readable is what the store needs to work (key hash, state, token,
 //! timestamps, attempt, fingerprint and credential hashes). The nonce is fresh per
-//! record (96 random bits from the system's CSPRNG) and the record's store key is the
-//! associated data, so a sealed value copied under another key does not open.
+//! record (96 random bits from the system's CSPRNG). The associated data is the record's
+//! store key and every readable field the decision reads (`bound.rs`), so a sealed value
+//! copied under another key, or whose credential hash or fingerprint was changed in the
+//! store, does not open.
 //!
 //! The cipher is `ring`'s AEAD: `ring` is already in the binary under rustls, is
 //! maintained and audited, and its AES-GCM uses the CPU's AES and carry-less multiply
@@ -26,18 +28,27 @@ use ring::rand::{SecureRandom, SystemRandom};
 use super::{Record, StoredResponse};
 use crate::key::StoreKey;
 
-/// A stored response as sealed bytes: `nonce || ciphertext || tag`, and the id of the
-/// key that sealed it.
+mod bound;
+mod credential_key;
+
+pub use bound::FORMAT;
+
+/// A stored response as sealed bytes: `nonce || ciphertext || tag`, the id of the
+/// key that sealed it and the format of its associated data (`bound.rs`: 1 = the store
+/// key only, written by earlier releases; 2 = the store key and the decision's fields).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sealed {
     pub key_id: String,
     pub bytes: Bytes,
+    pub format: u8,
 }
 
 /// The keys of `store.encryption`, loaded from their files. Its `Debug` shows the ids
 /// only: key material never reaches a log line.
 pub struct Keyring {
     keys: Vec<(String, LessSafeKey)>,
+    /// Keys the credential hash (`credential_key.rs`); `None` keeps it plain SHA-256.
+    credential_key: Option<ring::hmac::Key>,
 }
 
 /// A sealed record none of the keys opens (a dropped key, a replica without keys, a
@@ -67,7 +78,10 @@ impl Keyring {
         if loaded.is_empty() {
             return Err("list at least one key: the first seals, all open".to_owned());
         }
-        Ok(Keyring { keys: loaded })
+        Ok(Keyring {
+            keys: loaded,
+            credential_key: None,
+        })
     }
 
     /// The ids, sealing key first.
@@ -85,10 +99,12 @@ impl Keyring {
         if SystemRandom::new().fill(&mut nonce).is_err() {
             nonce = rand::random();
         }
-        let mut out = BytesMut::with_capacity(NONCE_LEN + plaintext_len(&response) + 16);
+        let identity = record.key.len() + record.scope.len() + 8;
+        let mut out = BytesMut::with_capacity(NONCE_LEN + identity + plaintext_len(&response) + 16);
         out.extend_from_slice(&nonce);
-        let mut text = plaintext(&response);
-        let aad = Aad::from(&store_key.0);
+        let mut text = bound::identity(record, plaintext_len(&response) + 16);
+        plaintext_into(&mut text, &response);
+        let aad = Aad::from(bound::associated_data(FORMAT, record, store_key));
         // Sealing with a valid key cannot fail for inputs under 64 GiB.
         if key
             .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), aad, &mut text)
@@ -98,14 +114,21 @@ impl Keyring {
             record.sealed = Some(Box::new(Sealed {
                 key_id: id.clone(),
                 bytes: out.freeze(),
+                format: FORMAT,
             }));
+            // Sealed, so no longer readable in the store (the store key binds them).
+            record.key.clear();
+            record.scope.clear();
         } else {
             record.response = Some(response);
         }
     }
 
     /// Open `record`'s sealed response under `store_key`, in place. A record no listed key opens keeps its
-    /// sealed part, so the admin can still say which key sealed it (`sealed_with`).
+    /// sealed part, so the admin can still say which key sealed it (`sealed_with`). The
+    /// associated data is rebuilt from the record as read, so a changed credential hash,
+    /// fingerprint, route, attempt or settlement fails the tag like a changed ciphertext
+    /// does. The raw key and scope come back from the sealed bytes (format 2).
     pub fn open(&self, record: &mut Record, store_key: &StoreKey) -> Result<(), Unreadable> {
         let Some(sealed) = &record.sealed else {
             return Ok(());
@@ -114,7 +137,15 @@ impl Keyring {
             let message = format!("sealed with key {:?}, which is not listed", sealed.key_id);
             return Err(Unreadable(message));
         };
+        if sealed.format != FORMAT && sealed.format != bound::UNBOUND {
+            let message = format!(
+                "sealed in format {}, unknown to this release",
+                sealed.format
+            );
+            return Err(Unreadable(message));
+        }
         let fail = || Unreadable(format!("does not open with key {:?}", sealed.key_id));
+        let aad = bound::associated_data(sealed.format, record, store_key);
         if sealed.bytes.len() < NONCE_LEN {
             return Err(fail());
         }
@@ -122,9 +153,19 @@ impl Keyring {
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| fail())?;
         let mut text = text.to_vec();
         let opened = key
-            .open_in_place(nonce, Aad::from(&store_key.0), &mut text)
+            .open_in_place(nonce, Aad::from(aad), &mut text)
             .map_err(|_| fail())?;
+        let (identity, opened) = match sealed.format {
+            bound::UNBOUND => (None, &opened[..]),
+            _ => {
+                let (key, scope, rest) = bound::parse_identity(opened).ok_or_else(fail)?;
+                (Some((key, scope)), rest)
+            }
+        };
         record.response = Some(parse(opened).ok_or_else(fail)?);
+        if let Some((key, scope)) = identity {
+            (record.key, record.scope) = (key, scope);
+        }
         record.sealed = None;
         Ok(())
     }
@@ -139,6 +180,14 @@ impl fmt::Debug for Keyring {
 }
 
 fn read_key(file: &Path) -> Result<LessSafeKey, String> {
+    let bytes = read_key_bytes(file)?;
+    let key = UnboundKey::new(&AES_256_GCM, &bytes)
+        .map_err(|_| format!("key file {} is not a usable key", file.display()))?;
+    Ok(LessSafeKey::new(key))
+}
+
+/// A key file's 32 bytes (base64).
+fn read_key_bytes(file: &Path) -> Result<Vec<u8>, String> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("cannot read key file {}: {e}", file.display()))?;
     let bytes = base64::engine::general_purpose::STANDARD
@@ -151,15 +200,22 @@ fn read_key(file: &Path) -> Result<LessSafeKey, String> {
             bytes.len()
         ));
     }
-    let key = UnboundKey::new(&AES_256_GCM, &bytes)
-        .map_err(|_| format!("key file {} is not a usable key", file.display()))?;
-    Ok(LessSafeKey::new(key))
+    Ok(bytes)
+}
+
+/// The response as sealed in format 1 (no key and scope ahead of it): the tests build
+/// records of the previous release with it.
+#[cfg(test)]
+fn plaintext(response: &StoredResponse) -> Vec<u8> {
+    let mut out = Vec::with_capacity(plaintext_len(response) + 16);
+    plaintext_into(&mut out, response);
+    out
 }
 
 /// `status u16 | header count u16 | (name len u16, name, value len u32, value)* |
-/// body flag u8 | body`.
-fn plaintext(response: &StoredResponse) -> Vec<u8> {
-    let mut out = Vec::with_capacity(plaintext_len(response) + 16);
+/// body flag u8 | body`, appended to `out` (after the sealed key and scope, with no
+/// second copy of the body).
+fn plaintext_into(out: &mut Vec<u8>, response: &StoredResponse) {
     out.put_u16(response.status);
     out.put_u16(u16::try_from(response.headers.len()).unwrap_or(u16::MAX));
     for (name, value) in response.headers.iter().take(usize::from(u16::MAX)) {
@@ -175,7 +231,6 @@ fn plaintext(response: &StoredResponse) -> Vec<u8> {
         }
         None => out.put_u8(0),
     }
-    out
 }
 
 fn plaintext_len(response: &StoredResponse) -> usize {

@@ -196,6 +196,9 @@ store:
       - id: {{ .id | quote }}
         file: {{ printf "/etc/idem-keys/%s" (.secretKey | default .id) | quote }}
       {{- end }}
+    {{- with $.Values.encryption.credentialSecretKey }}
+    credential_key_file: {{ printf "/etc/idem-keys/%s" . | quote }}
+    {{- end }}
   {{- end }}
   {{- if or (include "idem.redisInUse" .) $store.redis }}
   redis:

@@ -29,6 +29,7 @@ fn intent() -> Intent {
         store_key: StoreKey::new("charge", "", "charge:1"),
         fingerprint: [1; 32],
         credentials: [2; 32],
+        credentials_plain: None,
     }
 }
 
@@ -93,6 +94,25 @@ fn other_credentials_are_refused_before_anything_else_is_told() {
     let (status, code, outcome) = refused(decide(&r, &intent(), &mine(), &route(), true, NOW));
     assert_eq!((status, code.as_str()), (403, "credential_mismatch"));
     assert_eq!(outcome, Outcome::Rejected);
+}
+
+/// With a credential key, a record stored before it (the plain digest) still replays to
+/// its caller; a keyed hash of other credentials is still refused.
+#[test]
+fn a_keyed_caller_matches_its_records_keyed_or_plain() {
+    let mut keyed = intent();
+    keyed.credentials = [5; 32];
+    keyed.credentials_plain = Some([2; 32]);
+    let plain = completed(201, Some("{}"));
+    let d = decide(&plain, &keyed, &mine(), &route(), false, NOW);
+    assert!(matches!(d, Decision::Replay { .. }), "{d:?}");
+    let mut r = completed(201, Some("{}"));
+    r.credentials = [5; 32];
+    let d = decide(&r, &keyed, &mine(), &route(), false, NOW);
+    assert!(matches!(d, Decision::Replay { .. }), "{d:?}");
+    r.credentials = [9; 32];
+    let (status, code, _) = refused(decide(&r, &keyed, &mine(), &route(), false, NOW));
+    assert_eq!((status, code.as_str()), (403, "credential_mismatch"));
 }
 
 #[test]

@@ -146,7 +146,15 @@ impl<'a> Flow<'a> {
     fn derive(&mut self) -> Derived {
         let mcp = self.mcp.as_deref();
         let captures = &self.captures;
-        match Intent::derive(&self.policy, &self.parts, captures, &self.body, mcp) {
+        let keyring = self.keyring.as_deref();
+        match Intent::derive(
+            &self.policy,
+            &self.parts,
+            captures,
+            &self.body,
+            mcp,
+            keyring,
+        ) {
             Ok(Some(intent)) => {
                 self.key = Some(intent.store_key);
                 Derived::Reserve(intent)

@@ -61,6 +61,7 @@ fn decode_parts(bytes: &[u8], body_of: impl Fn(&[u8]) -> Bytes) -> Result<Record
         (RecordState::Completed, Some(key_id)) => Some(Box::new(Sealed {
             key_id: key_id.to_owned(),
             bytes: body_of(body),
+            format: meta.seal_format.unwrap_or(1),
         })),
         _ => None,
     };

@@ -75,6 +75,11 @@ pub fn encode_into(record: &Record, out: &mut impl Write) {
     if let Some(sealed) = &record.sealed {
         let _ = out.write_all(b",\"sealed\":");
         string(out, &sealed.key_id);
+        // Absent in format 1 (earlier releases, which ignore the field when reading).
+        if sealed.format != 1 {
+            let _ = out.write_all(b",\"seal_format\":");
+            let _ = serde_json::to_writer(&mut *out, &sealed.format);
+        }
     }
     let _ = out.write_all(b"}\n");
     let _ = out.write_all(body.map_or(&[][..], |b| &b[..]));

@@ -49,6 +49,10 @@ pub(super) struct Meta<'a> {
     /// section then holds the sealed bytes.
     #[serde(default, borrow)]
     pub sealed: Option<Cow<'a, str>>,
+    /// What the sealed part's associated data covers (`seal/bound.rs`); absent in
+    /// records sealed by earlier releases (format 1: the store key only).
+    #[serde(default)]
+    pub seal_format: Option<u8>,
 }
 
 impl<'a> Meta<'a> {
@@ -121,6 +125,10 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         Some(()) => Some(Cow::Borrowed(c.string()?)),
         None => None,
     };
+    let seal_format = match c.lit(b",\"seal_format\":") {
+        Some(()) => Some(u8::try_from(c.uint()?).ok()?),
+        None => None,
+    };
     c.lit(b"}")?;
     if !c.0.is_empty() {
         return None;
@@ -141,6 +149,7 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         sent_at_ms,
         settled,
         sealed,
+        seal_format,
     })
 }
 
@@ -213,7 +222,15 @@ mod tests {
             trace_id: [0xab; 16],
             span_id: [0x01; 8],
         }));
-        [pending, done, bare, escaped, traced]
+        let mut sealed = bare.clone();
+        sealed.response = None;
+        sealed.settled = Some(crate::store::Settled::Resolved);
+        sealed.sealed = Some(Box::new(crate::store::seal::Sealed {
+            key_id: "k1".to_owned(),
+            bytes: bytes::Bytes::from_static(b"x"),
+            format: crate::store::seal::FORMAT,
+        }));
+        [pending, done, bare, escaped, traced, sealed]
             .iter()
             .map(line)
             .collect()

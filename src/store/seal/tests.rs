@@ -3,7 +3,7 @@ use std::time::Duration;
 use super::*;
 use crate::store::record::{decode, encode};
 
-fn keyring(keys: &[(&str, [u8; 32])]) -> (Keyring, tempfile::TempDir) {
+pub(super) fn keyring(keys: &[(&str, [u8; 32])]) -> (Keyring, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut listed = Vec::new();
     for (id, key) in keys {
@@ -14,7 +14,7 @@ fn keyring(keys: &[(&str, [u8; 32])]) -> (Keyring, tempfile::TempDir) {
     (Keyring::load(&listed).unwrap(), dir)
 }
 
-fn completed() -> Record {
+pub(super) fn completed() -> Record {
     let r = Record::in_progress("charge", "", "k", [1; 32], [2; 32], Duration::from_secs(30));
     r.completed(
         StoredResponse {
