@@ -14,6 +14,7 @@ by default) and most duplicates wait on a call another replica holds. Afterwards
 
     cargo build --release --bin idem --bin idem-bench-upstream
     python3 bench/wakeup_soak.py [--intents 30000] [--duplicates 4] [--concurrency 64]
+                                 [--bin-dir OTHER/target/release]
 
 Everything runs on free loopback ports and is stopped at the end.
 """
@@ -27,7 +28,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from redis_modes import BIN, Procs  # noqa: E402
+import redis_modes  # noqa: E402
+from redis_modes import Procs  # noqa: E402
 from run import free_port  # noqa: E402
 
 
@@ -44,7 +46,7 @@ def wakeups(admin):
 
 def loadtest(port, args, run):
     return subprocess.Popen(
-        [os.path.join(BIN, "idem"), "loadtest", "--target", f"http://127.0.0.1:{port}",
+        [os.path.join(redis_modes.BIN, "idem"), "loadtest", "--target", f"http://127.0.0.1:{port}",
          "--path-template", "/charges", "--intents", str(args.intents),
          "--duplicates", str(args.duplicates), "--concurrency", str(args.concurrency),
          "--run-id", run, "--json", "--duration-limit", "600s", "--progress-interval", "0"],
@@ -56,11 +58,14 @@ def main():
     parser.add_argument("--intents", type=int, default=30000)
     parser.add_argument("--duplicates", type=int, default=4, help="per replica")
     parser.add_argument("--concurrency", type=int, default=64, help="per loadtest")
+    parser.add_argument("--bin-dir", default=redis_modes.BIN,
+                        help="release binaries to run (another commit's target/release)")
     args = parser.parse_args()
+    redis_modes.BIN = os.path.abspath(args.bin_dir)
     procs = Procs()
     try:
         upstream = free_port()
-        procs.start([os.path.join(BIN, "idem-bench-upstream"), "--listen",
+        procs.start([os.path.join(redis_modes.BIN, "idem-bench-upstream"), "--listen",
                      f"127.0.0.1:{upstream}", "--threads", "1"], upstream)
         redis = procs.redis()
         route = "    on_concurrent: wait\n    wait_timeout: 10s\n"
