@@ -145,6 +145,7 @@ impl RoutePolicy {
             on_unknown: OnUnknown::Retry,
             upstream_key_window: None,
             reconcile: None,
+            breaker: None,
             store_headers: Default::default(),
             max_request_bytes: MAX_BODY_BYTES,
             max_response_bytes: MAX_BODY_BYTES,

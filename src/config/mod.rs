@@ -18,6 +18,7 @@
 //! - `validate.rs`: cross-field and cross-route checks; `table.rs`: `idem check` output.
 //! - `choice.rs`: enum spellings; `units.rs`: durations and sizes; `env.rs`: `${VAR}`.
 
+mod breaker;
 mod choice;
 mod defaults;
 mod env;
@@ -36,6 +37,7 @@ mod values;
 mod walk;
 mod yaml;
 
+pub use breaker::BreakerPolicy;
 pub use choice::Choice;
 pub use reconcile::{Found, Reconcile};
 
@@ -276,6 +278,8 @@ pub struct RoutePolicy {
     pub upstream_key_window: Option<Duration>,
     /// The lookup of `on_unknown: reconcile` (always set with it, checked at load).
     pub reconcile: Option<Arc<Reconcile>>,
+    /// `breaker:` — stop sending to an upstream that stopped answering; off when `None`.
+    pub breaker: Option<BreakerPolicy>,
     /// Which response headers a record keeps (credential headers never).
     pub store_headers: StoreHeaders,
     pub max_request_bytes: usize,

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 
+use super::breaker::{self, BreakerPolicy};
 use super::reconcile;
 use super::sections::nonzero;
 use super::values::{self, FingerprintPart, StatusEntry};
@@ -38,6 +39,7 @@ pub(crate) const POLICY_FIELDS: &[&str] = &[
     "on_unknown",
     "upstream_key_window",
     "reconcile",
+    "breaker",
     "store_headers",
     "max_request_bytes",
     "max_response_bytes",
@@ -65,6 +67,7 @@ pub(crate) struct PolicyFields {
     pub on_unknown: Option<At<OnUnknown>>,
     pub upstream_key_window: Option<At<Duration>>,
     pub reconcile: Option<At<Arc<Reconcile>>>,
+    pub breaker: Option<At<BreakerPolicy>>,
     pub store_headers: Option<At<StoreHeaders>>,
     pub max_request_bytes: Option<At<usize>>,
     pub max_response_bytes: Option<At<usize>>,
@@ -144,6 +147,9 @@ impl PolicyFields {
                 let read = reconcile::read(w, node, &f.path("reconcile"))?;
                 Some(read.map(Arc::new))
             }),
+            breaker: f
+                .get("breaker")
+                .and_then(|node| breaker::read(w, node, &f.path("breaker"))),
             store_headers: store_headers(w, f),
             max_request_bytes: nonzero_at(w, max_request_bytes),
             max_response_bytes: w.size(f, "max_response_bytes"),
@@ -180,6 +186,7 @@ impl PolicyFields {
                 .upstream_key_window
                 .or_else(|| d.upstream_key_window.clone()),
             reconcile: self.reconcile.or_else(|| d.reconcile.clone()),
+            breaker: self.breaker.or_else(|| d.breaker.clone()),
             store_headers: self.store_headers.or_else(|| d.store_headers.clone()),
             max_request_bytes: self
                 .max_request_bytes
@@ -225,6 +232,9 @@ impl PolicyFields {
         }
         if let Some(reconcile) = &self.reconcile {
             route.reconcile = Some(reconcile.value.clone());
+        }
+        if let Some(breaker) = &self.breaker {
+            route.breaker = Some(breaker.value);
         }
         put(&mut route.store_headers, &self.store_headers);
         put(&mut route.max_request_bytes, &self.max_request_bytes);

@@ -9,10 +9,12 @@
 //! and leaves `rate()` and ratio alerts nothing to work on until then
 //! (tests/observability.rs checks the chart's dashboard and alerts on a fresh idem).
 
+mod breaker;
 mod exposition;
 mod latency;
 mod unknown;
 
+pub use breaker::{BreakerMetrics, RouteBreakerMetrics};
 pub use exposition::Exposition;
 pub use latency::Latency;
 pub use unknown::{Reconciliation, Resolution, UnknownMetrics};
@@ -143,6 +145,7 @@ pub struct Metrics {
     /// Waiting duplicates woken, by what woke them (rare path: a family lookup).
     pub duplicate_wakeups: Family<WakeupLabels, Counter>,
     pub unknown: UnknownMetrics,
+    pub breakers: BreakerMetrics,
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
     /// cache line every worker thread shares.
@@ -248,9 +251,11 @@ impl Metrics {
             config_generation.clone(),
         );
         let unknown = UnknownMetrics::register(&mut registry);
+        let breakers = BreakerMetrics::register(&mut registry);
         Metrics {
             requests,
             unknown,
+            breakers,
             upstream_duration,
             store_duration,
             inflight,

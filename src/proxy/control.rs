@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
+use super::breaker::Breaker;
 use super::{Proxy, Worker};
 use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
@@ -27,6 +28,9 @@ pub struct Reloadable {
     pub on_store_error: OnStoreError,
     /// `store.encryption`: stored responses are sealed with it (picked up on SIGHUP).
     pub keyring: Option<Arc<Keyring>>,
+    /// The circuit breakers of the routes that have one, by route name: one per route
+    /// for the whole replica (every worker's copy shares it), kept across reloads.
+    pub breakers: HashMap<String, Arc<Breaker>, foldhash::fast::RandomState>,
     pub generation: u64,
 }
 
@@ -47,6 +51,8 @@ struct State {
     config: Config,
     generation: u64,
     copies: Vec<Arc<ArcSwap<Reloadable>>>,
+    /// Every breaker made so far, by route name: a reload keeps a route's state.
+    breakers: HashMap<String, Arc<Breaker>>,
 }
 
 impl Control {
@@ -56,6 +62,7 @@ impl Control {
             config: config.clone(),
             generation: 1,
             copies: Vec::new(),
+            breakers: HashMap::new(),
         };
         Control {
             metrics,
@@ -70,10 +77,12 @@ impl Control {
     /// reloads keep current. Call it on the worker's runtime.
     pub fn worker_proxy(&self, store: Store) -> Proxy {
         let mut state = self.lock();
+        let breakers = breakers(&mut state, &self.metrics);
         let copy = Arc::new(ArcSwap::from_pointee(reloadable(
             &state.config,
             state.generation,
             &self.metrics,
+            breakers,
         )));
         state.copies.push(copy.clone());
         Proxy {
@@ -99,11 +108,13 @@ impl Control {
         let mut state = self.lock();
         state.generation += 1;
         state.config = config.clone();
+        let breakers = breakers(&mut state, &self.metrics);
         for copy in &state.copies {
             copy.store(Arc::new(reloadable(
                 config,
                 state.generation,
                 &self.metrics,
+                breakers.clone(),
             )));
         }
         self.metrics.config_generation.set(state.generation as i64);
@@ -135,7 +146,41 @@ impl Control {
     }
 }
 
-fn reloadable(config: &Config, generation: u64, metrics: &Metrics) -> Reloadable {
+/// The breakers of the loaded routes: a route keeps its breaker (and its state) across
+/// reloads, with the new settings.
+fn breakers(
+    state: &mut State,
+    metrics: &Metrics,
+) -> HashMap<String, Arc<Breaker>, foldhash::fast::RandomState> {
+    let mut current = HashMap::default();
+    for route in &state.config.routes {
+        let Some(policy) = route.breaker else {
+            continue;
+        };
+        let breaker = state.breakers.entry(route.name.clone()).or_insert_with(|| {
+            let series = metrics.breakers.route(&route.name);
+            Arc::new(Breaker::new(policy, series))
+        });
+        breaker.configure(policy);
+        current.insert(route.name.clone(), breaker.clone());
+    }
+    // A breaker taken out of the config starts afresh if it comes back.
+    state.breakers.retain(|route, breaker| {
+        let kept = current.contains_key(route);
+        if !kept {
+            breaker.retire();
+        }
+        kept
+    });
+    current
+}
+
+fn reloadable(
+    config: &Config,
+    generation: u64,
+    metrics: &Metrics,
+    breakers: HashMap<String, Arc<Breaker>, foldhash::fast::RandomState>,
+) -> Reloadable {
     let counters = config
         .routes
         .iter()
@@ -152,6 +197,7 @@ fn reloadable(config: &Config, generation: u64, metrics: &Metrics) -> Reloadable
         default: config.default,
         on_store_error: config.store.on_error,
         keyring: config.store.encryption.clone(),
+        breakers,
         generation,
     }
 }

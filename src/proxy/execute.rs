@@ -15,6 +15,7 @@ use http::{Request, Response};
 use tokio::sync::oneshot;
 
 use super::body::{ProxyBody, UpstreamBody};
+use super::breaker::Ticket;
 use super::context::RequestContext;
 use super::decide::{settle, Exchanged, Settle};
 use super::exchange::{self, Ended, McpAnswer, StatusAnswer};
@@ -41,6 +42,8 @@ pub struct Call {
     pub request: Request<UpstreamBody>,
     /// Seals the outcome before it is stored (`store.encryption`).
     pub keyring: Option<Arc<Keyring>>,
+    /// The route's breaker hears whether the upstream answered (`breaker:`).
+    pub ticket: Option<Ticket>,
 }
 
 /// Start the call; the receiver yields the response for the caller (streaming, or a
@@ -63,6 +66,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         record,
         request,
         keyring,
+        ticket,
     } = call;
     let worker = cx.worker.clone();
     worker.metrics.inflight.inc();
@@ -101,6 +105,12 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         stored,
         mut out,
     } = ended;
+    if let Some(ticket) = ticket {
+        match exchanged {
+            Exchanged::Answered(_) | Exchanged::NotFinal => ticket.answered(),
+            Exchanged::NotSent | Exchanged::Ambiguous => ticket.unanswered(),
+        }
+    }
     let settled = settle(exchanged, &policy);
     let held_for = (settled == Settle::Hold).then(|| holder.remaining_secs());
     match (settled, stored) {

@@ -17,6 +17,7 @@
 //! [`RequestContext`].
 
 mod body;
+mod breaker;
 mod capture;
 mod context;
 mod control;
@@ -143,6 +144,10 @@ impl Proxy {
             client_ip,
             on_store_error: current.on_store_error,
             keyring: current.keyring.clone(),
+            // Looked up only on routes with a breaker.
+            breaker: policy
+                .breaker
+                .and_then(|_| current.breakers.get(&policy.name).cloned()),
         };
         let cx = RequestContext::new(self.worker.clone(), trace);
         let handled = match &policy.mcp {

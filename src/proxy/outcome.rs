@@ -20,11 +20,13 @@ pub enum Outcome {
     Passthrough,
     /// The store could not answer.
     StoreError,
+    /// Refused unsent because the route's breaker is open (its upstream stopped answering).
+    CircuitOpen,
 }
 
 impl Outcome {
     /// Every outcome, in label order (metrics keep one counter slot per outcome).
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Forwarded,
         Outcome::Replayed,
         Outcome::Conflict,
@@ -32,6 +34,7 @@ impl Outcome {
         Outcome::Rejected,
         Outcome::Passthrough,
         Outcome::StoreError,
+        Outcome::CircuitOpen,
     ];
 
     /// The label value, as the metrics, spans and logs write it.
@@ -44,6 +47,7 @@ impl Outcome {
             Outcome::Rejected => "rejected",
             Outcome::Passthrough => "passthrough",
             Outcome::StoreError => "store_error",
+            Outcome::CircuitOpen => "circuit_open",
         }
     }
 

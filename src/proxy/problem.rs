@@ -363,6 +363,20 @@ pub fn store_unavailable() -> Problem {
     .retry_after(1)
 }
 
+pub fn circuit_open(route: &str, retry_after: u64) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "circuit_open",
+        "Upstream not answering; calls paused",
+        format!(
+            "The service behind the '{route}' route stopped answering, so idem paused new \
+             calls to it. Nothing was sent and nothing was reserved: this call did not \
+             happen. Retry the same request, with the same key, in {retry_after} s."
+        ),
+    )
+    .retry_after(retry_after)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

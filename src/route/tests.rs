@@ -31,6 +31,7 @@ pub(crate) fn policy(name: &str, methods: &[Method], path: &str, keys: &[&str]) 
         on_unknown: crate::config::OnUnknown::Retry,
         upstream_key_window: None,
         reconcile: None,
+        breaker: None,
         store_headers: Default::default(),
         max_request_bytes: 1 << 20,
         max_response_bytes: 1 << 20,

@@ -9,6 +9,7 @@ use http::request;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
+use super::breaker::{Breaker, Ticket};
 use super::context::RequestContext;
 use super::decide::{decide, Decision};
 use super::execute::{self, Call};
@@ -38,8 +39,11 @@ pub struct Inbound {
     pub on_store_error: OnStoreError,
     /// Seals stored responses and opens sealed ones (`store.encryption`).
     pub keyring: Option<Arc<Keyring>>,
+    /// The route's circuit breaker, when it has one (`breaker:`).
+    pub breaker: Option<Arc<Breaker>>,
 }
 
+mod open_breaker;
 mod respond;
 mod unknown;
 
@@ -54,6 +58,9 @@ struct Flow<'a> {
     client_ip: Option<IpAddr>,
     on_store_error: OnStoreError,
     keyring: Option<Arc<Keyring>>,
+    breaker: Option<Arc<Breaker>>,
+    /// Leave from the route's breaker to send this intent (taken before reserving).
+    ticket: Option<Ticket>,
     /// How this request's problems are answered.
     format: ProblemFormat,
     /// The protected MCP call, on an MCP route (replays take its id).
@@ -135,6 +142,8 @@ impl<'a> Flow<'a> {
             client_ip: inbound.client_ip,
             on_store_error: inbound.on_store_error,
             keyring: inbound.keyring,
+            breaker: inbound.breaker,
+            ticket: None,
             format,
             mcp,
             key: None,
@@ -168,6 +177,13 @@ impl<'a> Flow<'a> {
     /// Reserve, and act on the decision ([`decide`]) as winner or loser; loops only to
     /// wait or to retry a lost race for a takeover.
     async fn reserve(mut self, intent: Intent) -> Handled {
+        if let Some(breaker) = &self.breaker {
+            match breaker.admit() {
+                Ok(ticket) => self.ticket = Some(ticket),
+                // Open: nothing is reserved or sent; stored intents still answer.
+                Err(retry_after) => return Box::pin(self.while_open(intent, retry_after)).await,
+            }
+        }
         let policy = self.policy.clone();
         let waits = policy.on_concurrent == OnConcurrent::Wait;
         let deadline = Instant::now() + policy.wait_timeout;
@@ -325,6 +341,7 @@ impl<'a> Flow<'a> {
             record,
             request,
             keyring: self.keyring.clone(),
+            ticket: self.ticket,
         };
         let started = Instant::now();
         let response = match execute::spawn(self.cx.clone(), call).await {

@@ -1,0 +1,62 @@
+//! A new intent on a route whose circuit breaker is open (SPEC §1 "Upstream outages"):
+//! nothing is reserved or sent. The request may still be the repeat of an intent the
+//! store already holds, so its record is read (never written) and a stored outcome is
+//! replayed, a conflict answered as usual; anything that would send is `circuit_open`.
+
+use std::time::Duration;
+
+use super::{Flow, Handled};
+use crate::proxy::decide::{decide, Decision};
+use crate::proxy::intent::Intent;
+use crate::proxy::outcome::{Outcome, StoreOp};
+use crate::proxy::problem;
+use crate::store::{Record, Settled};
+
+impl Flow<'_> {
+    /// Answer `intent` without reserving it while the breaker is open for `retry_after`.
+    pub(super) async fn while_open(mut self, intent: Intent, retry_after: Duration) -> Handled {
+        let store = &self.cx.worker.store;
+        let read = self
+            .timed(StoreOp::Reserve, async {
+                let record = store.get(&intent.store_key).await?;
+                match record {
+                    Some(record) => Ok(Some((record, store.clock_ms().await?))),
+                    None => Ok(None),
+                }
+            })
+            .await;
+        let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        let open = problem::circuit_open(&self.policy.name, secs);
+        let (existing, store_now): (Record, u64) = match read {
+            Ok(Some(found)) => found,
+            Ok(None) => return self.refuse(open, Outcome::CircuitOpen),
+            Err(e) => return Box::pin(self.store_failed(e)).await,
+        };
+        let existing = match self.open(existing, &intent.store_key) {
+            Ok(existing) => existing,
+            Err(p) => return self.refuse(p, Outcome::Conflict),
+        };
+        // A token no record carries: this request owns nothing.
+        let mine = intent.reservation(&self.policy);
+        match decide(
+            &existing,
+            &intent,
+            &mine.token,
+            &self.policy,
+            false,
+            store_now,
+        ) {
+            Decision::Replay { stored, body } => {
+                let reconciled = existing.settled == Some(Settled::Reconciled);
+                self.replay(stored, body, reconciled)
+            }
+            Decision::Refuse(p, outcome) => self.refuse(p, outcome),
+            // Each of these would send to the upstream (or look it up).
+            Decision::Won
+            | Decision::NewAttempt
+            | Decision::Retry
+            | Decision::Reconcile
+            | Decision::Wait { .. } => self.refuse(open, Outcome::CircuitOpen),
+        }
+    }
+}
