@@ -219,7 +219,8 @@ async fn every_series_the_dashboard_and_alerts_use_exists_before_any_traffic() {
     let routes = ["charge", "refund"];
     let idem = env
         .idem(
-            "routes:\n  - name: charge\n    path: /charge/{id}\n    key: \"charge:{path.id}\"\n\
+            "defaults:\n  breaker: {after: 5, cool_down: 10s}\n\
+             routes:\n  - name: charge\n    path: /charge/{id}\n    key: \"charge:{path.id}\"\n\
              \x20 - name: refund\n    path: /refund/{id}\n    key: \"refund:{path.id}\"\n",
         )
         .await;
@@ -266,7 +267,7 @@ async fn every_series_the_dashboard_and_alerts_use_exists_before_any_traffic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_and_alerts_query_exists() {
     let mut env = Env::new(Backend::redis()).await;
-    let routes = "  on_error: passthrough\nroutes:\n  - name: charge\n    path: /charge/{id}\n    key: \"charge:{path.id}\"\n";
+    let routes = "  on_error: passthrough\nroutes:\n  - name: charge\n    path: /charge/{id}\n    key: \"charge:{path.id}\"\n    breaker: {after: 5, cool_down: 10s}\n";
     let idem = env.idem(routes).await;
 
     // Fresh, replay, mismatch.
