@@ -67,12 +67,37 @@ pub async fn resolve_request(
     args: &KeysArgs,
     resolve: &ResolveArgs,
 ) -> Result<(StatusCode, String), String> {
-    let path = key_path(args, &resolve.key, "/resolve")?;
+    let Some(key) = &resolve.key else {
+        return resolve_all_request(args, resolve).await;
+    };
+    let path = key_path(args, key, "/resolve")?;
     let body = match resolve.not_executed {
         true => json!({ "outcome": "not_executed" }),
         false => completed(resolve)?,
     };
     send(args, Method::POST, &path, Some(body)).await
+}
+
+/// `POST /v1/unknown/resolve`: every unknown outcome of `--route` as not executed.
+async fn resolve_all_request(
+    args: &KeysArgs,
+    resolve: &ResolveArgs,
+) -> Result<(StatusCode, String), String> {
+    if args.route.is_empty() {
+        return Err("--route NAME is required with --all-unknown".to_owned());
+    }
+    let mut body = json!({
+        "route": args.route,
+        "outcome": "not_executed",
+        "dry_run": resolve.dry_run,
+    });
+    if let Some(after) = &resolve.sent_after {
+        body["sent_after"] = json!(after);
+    }
+    if let Some(before) = &resolve.sent_before {
+        body["sent_before"] = json!(before);
+    }
+    send(args, Method::POST, "/v1/unknown/resolve", Some(body)).await
 }
 
 fn completed(resolve: &ResolveArgs) -> Result<Value, String> {

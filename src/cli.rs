@@ -109,7 +109,23 @@ pub enum KeyAction {
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("outcome").required(true).args(["completed", "not_executed"])))]
 pub struct ResolveArgs {
-    pub key: String,
+    /// The key of one unknown outcome (or --all-unknown).
+    #[arg(required_unless_present = "all_unknown")]
+    pub key: Option<String>,
+    /// Every unknown outcome of --route at once (with --not-executed): after an outage,
+    /// once the upstream's records show none of them ran. Intents still in flight are
+    /// never touched.
+    #[arg(long, conflicts_with_all = ["key", "completed"], requires = "not_executed")]
+    pub all_unknown: bool,
+    /// With --all-unknown: only those first sent at or after this RFC 3339 time.
+    #[arg(long, requires = "all_unknown")]
+    pub sent_after: Option<String>,
+    /// With --all-unknown: only those first sent before this RFC 3339 time.
+    #[arg(long, requires = "all_unknown")]
+    pub sent_before: Option<String>,
+    /// With --all-unknown: count what would be resolved, change nothing.
+    #[arg(long, requires = "all_unknown")]
+    pub dry_run: bool,
     /// The call happened: record its response (with --status, --body-file, --header).
     #[arg(long, requires = "status")]
     pub completed: bool,

@@ -131,6 +131,60 @@ async fn cancelling_the_confirmation_sends_nothing() {
     assert!(metrics.contains(r#"idem_resolutions_total{route="charge",outcome="completed"} 0"#));
 }
 
+/// "Mark all N of this route as not executed…": counted by a dry run, confirmed once;
+/// a call still in flight on the same route is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_s_unknown_outcomes_are_marked_not_executed_at_once() {
+    let env = Env::new(Backend::redis()).await;
+    let idem = idem(&env, None).await;
+    let store = env.backend.instance().await;
+    for n in 0..8 {
+        unknown(&store, &format!("charge:bulk{n}")).await;
+    }
+    let live = Record::in_progress(
+        "charge",
+        "",
+        "charge:live",
+        [1; 32],
+        [2; 32],
+        Duration::from_secs(600),
+    );
+    let live_key = StoreKey::new("charge", "", "charge:live");
+    let stored = store
+        .reserve(&live_key, &live, Duration::from_secs(3600))
+        .await;
+    assert!(matches!(stored.unwrap(), Reserve::Won));
+
+    browser::scenario("bulk", &idem.admin_url(""), &["charge", "8"]).await;
+
+    let listed = send(
+        "GET",
+        &idem.admin_url("/v1/unknown?include=inflight"),
+        &[],
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(listed["unknown"], json!([]), "{listed}");
+    let states: Vec<(String, String)> = listed["inflight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap().to_owned(),
+                i["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(states.len(), 9, "{listed}");
+    assert!(states.contains(&("charge:live".to_owned(), "in_flight".to_owned())));
+    assert_eq!(
+        states.iter().filter(|(_, s)| s == "not_executed").count(),
+        8
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asks_for_the_token_only_when_one_is_configured() {
     let env = Env::new(Backend::redis()).await;

@@ -21,6 +21,7 @@
 //! backlog), and each must send its request head within `server.header_read_timeout`,
 //! so a flood of idle connections cannot starve the kubelet's probes for long.
 
+mod bulk;
 mod console;
 mod guard;
 mod keys;
@@ -152,6 +153,8 @@ async fn route(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Admin
             &json!({ "generation": admin.control.generation() }),
         ),
         (&Method::GET, "/v1/unknown") => unknown::list(admin, req.uri().query()).await,
+        (&Method::POST, "/v1/unknown/resolve") => bulk::resolve_all(admin, req).await,
+        (_, "/v1/unknown/resolve") => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
         (_, "/v1/unknown") => error(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
         (_, p) if p.starts_with("/v1/keys/") => keys::handle(admin, req).await,
         _ => text(StatusCode::NOT_FOUND, "not found\n"),

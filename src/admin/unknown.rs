@@ -24,7 +24,7 @@ use super::keys::{any_store, time};
 use super::reply::{error, json_response, param, AdminResponse};
 use super::Admin;
 use crate::key::StoreKey;
-use crate::store::{Record, Settled, StoreError};
+use crate::store::{Record, Settled, Store, StoreError};
 
 /// How often the gauge is counted from the store when nobody asks.
 pub(super) const COUNT_EVERY: Duration = Duration::from_secs(30);
@@ -33,7 +33,7 @@ const MAX_LIMIT: usize = 1000;
 /// In-progress records read per listing. The store returns leases that ended first
 /// first, so unknown outcomes are never cut in favour of calls in flight: the count is
 /// exact below this many unknown outcomes at once.
-const READ_CAP: usize = 10_000;
+pub(super) const READ_CAP: usize = 10_000;
 
 /// What an intent is, for an operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,12 +150,25 @@ fn item(record: &Record, intent: Intent) -> Value {
 /// The in-progress records and the store's clock, which tells unknown outcomes (lease
 /// ended) from calls in flight.
 async fn read(admin: &Admin) -> Result<(Vec<(StoreKey, Record)>, u64), StoreError> {
-    let listed = any_store(&admin.stores, |s| async {
+    read_with_store(admin).await.map(|(read, _)| read)
+}
+
+/// [`read`], and the store handle that answered (to write through the same one).
+pub(super) async fn read_with_store(
+    admin: &Admin,
+) -> Result<((Vec<(StoreKey, Record)>, u64), &Store), StoreError> {
+    any_store(&admin.stores, |s| async {
         let records = s.list_in_progress(READ_CAP).await?;
         Ok((records, s.clock_ms().await?))
     })
-    .await;
-    listed.map(|(read, _)| read)
+    .await
+}
+
+/// Counts again now (after a change made here), keeping the last count on a failure.
+pub(super) async fn recount(admin: &Admin) {
+    if let Ok((records, now)) = read(admin).await {
+        count(admin, &records, now);
+    }
 }
 
 /// Sets `idem_unknown_outcomes` from a listing of the whole store.

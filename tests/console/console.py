@@ -7,6 +7,8 @@ usage: console.py SCENARIO ADMIN_URL [ARGS...]
   cancel ROUTE KEY             reach the confirmation, then Escape: nothing is sent
   token TOKEN                  a token is configured: asked for, refused, then accepted
   no-token                     no token configured: never asked for
+  bulk ROUTE N                 "Mark all N of this route as not executed": cancel once,
+                               then confirm; one real POST, dry runs aside
 
 Fails (exit 1, with a traceback) on any broken expectation, and on any error the page
 logs, such as a Content-Security-Policy violation.
@@ -151,7 +153,38 @@ def no_token(page, admin, posts):
     expect(page.locator("#token-form")).to_be_hidden()
 
 
+def bulk(page, admin, route, n, posts):
+    open_console(page, admin)
+    label = f"Mark all {n} of this route as not executed…"
+    button = page.get_by_role("button", name=label)
+    expect(button).to_be_visible()
+    button.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#bulk-dialog")).to_be_visible()
+    expect(page.locator("#bulk-text")).to_contain_text(f"all {n} unknown outcomes")
+    text = page.locator("#bulk-text").inner_text()
+    assert "NOT EXECUTED" in text and route in text, text
+    page.keyboard.press("Escape")
+    expect(page.locator("#bulk-dialog")).to_be_hidden()
+    page.wait_for_timeout(300)
+    assert [p for p in posts if not p.endswith(" dry")] == [], f"cancelled, yet sent: {posts}"
+    assert active(page, "textContent") == label, "focus returns to the button"
+    page.keyboard.press("Enter")
+    expect(page.locator("#bulk-confirm")).to_be_enabled()
+    assert active(page) == "bulk-text", active(page)
+    page.keyboard.press("Tab")
+    assert active(page) == "bulk-confirm", active(page)
+    page.keyboard.press("Enter")
+    expect(page.locator("#bulk-dialog")).to_be_hidden()
+    expect(page.locator("#notice")).to_contain_text(f"Recorded: {n} unknown outcomes")
+    assert active(page) == "notice", "focus lands on the result"
+    real = [p for p in posts if not p.endswith(" dry")]
+    assert len(real) == 1 and real[0].endswith("/v1/unknown/resolve"), posts
+    expect(page.get_by_role("button", name=label)).to_have_count(0)
+
+
 SCENARIOS = {
+    "bulk": bulk,
     "resolve-completed": resolve_completed,
     "cancel": cancel,
     "token": token,
@@ -173,7 +206,9 @@ def main():
         problems, posts = [], []
         page.on("console", lambda m: m.type == "error" and problems.append(m.text))
         page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+        # A bulk dry run (it only counts) is told apart from a write.
+        dry = lambda r: " dry" if '"dry_run":true' in (r.post_data or "") else ""
+        page.on("request", lambda r: r.method == "POST" and posts.append(r.url + dry(r)))
         SCENARIOS[scenario](page, admin, *args, posts)
         # The token scenario's 401s are expected answers, logged by Chromium.
         problems = [p for p in problems if "401" not in p]
