@@ -97,6 +97,7 @@ impl Default for StoreConfig {
             backend: StoreBackend::Memory,
             on_error: OnStoreError::Reject,
             encryption: None,
+            memory_max_records: crate::store::MEMORY_STORE_MAX_RECORDS,
         }
     }
 }

@@ -137,6 +137,9 @@ pub struct StoreConfig {
     /// `store.encryption`: the keys stored responses are sealed with, loaded from their
     /// files (SPEC §1 "Stored responses"). `None`: stored in clear.
     pub encryption: Option<Arc<crate::store::seal::Keyring>>,
+    /// `store.memory.max_records`: the memory store's capacity (SPEC §1 "Upstream
+    /// outages"); completed records are evicted first, the others never.
+    pub memory_max_records: usize,
 }
 
 /// `store.backend` with that backend's own settings, and only those: a PostgreSQL or

@@ -221,8 +221,24 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     let f = w.fields(
         node,
         "store",
-        &["backend", "redis", "postgres", "on_error", "encryption"],
+        &[
+            "backend",
+            "memory",
+            "redis",
+            "postgres",
+            "on_error",
+            "encryption",
+        ],
     );
+    if let Some(memory) = f.get("memory") {
+        let f = w.fields(memory, "store.memory", &["max_records"]);
+        if let Some(max) = w.count::<usize>(&f, "max_records") {
+            match max.value {
+                0 => w.error(max.pos, &max.path, "max_records must be at least 1"),
+                n => cfg.memory_max_records = n,
+            }
+        }
+    }
     if let Some(enc) = f.get("encryption") {
         cfg.encryption = encryption(w, enc).map(Arc::new);
     }

@@ -363,6 +363,21 @@ pub fn store_unavailable() -> Problem {
     .retry_after(1)
 }
 
+pub fn store_full(max_records: usize) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_full",
+        "Idempotency store full",
+        format!(
+            "The idempotency store holds its maximum of {max_records} records, all of them \
+             calls still in flight or whose outcome is unknown, so this new request was not \
+             forwarded and nothing was executed. Retry the same request later; an operator \
+             must settle the unknown outcomes (or raise store.memory.max_records)."
+        ),
+    )
+    .retry_after(10)
+}
+
 pub fn circuit_open(route: &str, retry_after: u64) -> Problem {
     Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,

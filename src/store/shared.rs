@@ -29,7 +29,7 @@ impl SharedStore {
     pub fn start(cfg: &StoreConfig, workers: usize) -> Result<SharedStore, StoreError> {
         Ok(match &cfg.backend {
             StoreBackend::Memory => {
-                SharedStore::Memory(Store::Memory(MemoryStore::new(MEMORY_STORE_MAX_RECORDS)))
+                SharedStore::Memory(Store::Memory(MemoryStore::new(cfg.memory_max_records)))
             }
             StoreBackend::Redis(redis) => {
                 SharedStore::Redis(RedisStore::subscribe(redis)?, Arc::new(redis.clone()))

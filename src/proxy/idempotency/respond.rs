@@ -26,6 +26,15 @@ impl Flow<'_> {
 
     /// The store could not answer: refuse (default) or forward unprotected, marked.
     pub(super) async fn store_failed(self, error: StoreError) -> Handled {
+        if let StoreError::Full(max) = error {
+            // Reachable, yet it cannot take a new intent: never forwarded unprotected.
+            tracing::warn!(
+                max_records = max,
+                "memory store full of records in flight or unknown"
+            );
+            let p = problem::store_full(max);
+            return self.refuse(p, Outcome::StoreError);
+        }
         tracing::warn!(error = %error, "idempotency store unavailable");
         match self.on_store_error {
             OnStoreError::Reject => self.refuse(problem::store_unavailable(), Outcome::StoreError),
