@@ -206,13 +206,24 @@ impl Store {
     }
 
     /// The in-progress records (unknown outcomes and calls in flight), those whose lease
-    /// ends first first, at most `limit`. An admin operation: Redis SCANs every master,
-    /// PostgreSQL reads its `in_progress` index, memory walks its shards.
+    /// ends first first, at most `limit` (`usize::MAX`: all). An admin operation, whose
+    /// cost follows the records not completed: Redis reads its open index, PostgreSQL
+    /// its `in_progress` partial index; memory walks its shards.
     pub async fn list_in_progress(
         &self,
         limit: usize,
     ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
         dispatch_op!(self, s => s.list_in_progress(limit))
+    }
+
+    /// Makes every record not completed listable: on Redis, indexes the records a
+    /// release before the open index wrote (one `SCAN`, see `redis/listing.rs`);
+    /// nothing to do on the other stores. Returns how many it indexed.
+    pub async fn index_existing(&self) -> Result<u64, StoreError> {
+        match self {
+            Store::Redis(s) => s.index_existing().await,
+            _ => Ok(0),
+        }
     }
 
     /// Whether the store answers (readiness).

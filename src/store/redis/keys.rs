@@ -95,6 +95,26 @@ impl Layout {
         }
     }
 
+    /// Every open index (the records not completed, kept by the scripts): `{prefix}open`,
+    /// or in cluster mode one per hash-tag bucket, `{prefix}{ab}open`, in the slot of
+    /// that bucket's records. Never a record key: those end in 64 hex digits.
+    pub(super) fn open_indexes(&self) -> Vec<Vec<u8>> {
+        if !self.sharded {
+            return vec![format!("{}open", self.prefix).into_bytes()];
+        }
+        (0..BUCKETS)
+            .map(|b| format!("{}{{{b:02x}}}open", self.prefix).into_bytes())
+            .collect()
+    }
+
+    /// The [`StoreKey`] of an open index's member (the record key's 64 hex digits).
+    pub(super) fn indexed_key(&self, member: &[u8]) -> Option<StoreKey> {
+        if member.len() != 64 || member.iter().any(u8::is_ascii_uppercase) {
+            return None;
+        }
+        crate::fast_hex::decode(member).map(StoreKey)
+    }
+
     /// Every channel a replica subscribes to.
     pub(super) fn all_channels(&self) -> Vec<String> {
         if !self.sharded {
@@ -125,6 +145,12 @@ mod tests {
         let all = layout.all_channels();
         assert_eq!(all.len(), 256);
         assert!(all.contains(&"idem:events:{ab}".to_string()));
+        // The open index of the key's bucket is its record key with `open` for the hex
+        // digits (what the scripts compute), so it is in the same slot.
+        let index = format!("idem:{{ab}}open").into_bytes();
+        assert!(layout.open_indexes().contains(&index));
+        assert_eq!(layout.open_indexes().len(), 256);
+        assert_eq!(layout.indexed_key(&key.hex()), Some(key));
     }
 
     #[test]

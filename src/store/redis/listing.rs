@@ -1,17 +1,16 @@
-//! Listing in-progress records for operators (SPEC §1 "Unknown outcomes"): `SCAN` the
-//! keyspace under the prefix on every master; for each batch one read-only script
-//! checks every record's state byte on the server (`GETRANGE key 0 0`) and returns only
-//! the in-progress ones, so completed records — nearly all of them, and the ones
-//! carrying bodies — never travel, and the batch costs idem one command, not one per key.
+//! Listing and counting the records that are not completed, for operators (SPEC §1
+//! "Unknown outcomes"), from the **open index** the scripts keep beside the records
+//! (`scripts.rs` `INDEX`): a sorted set of every record in progress, scored by its
+//! lease's end. The cost is proportional to the unsettled intents, never to the
+//! completed records, however many the store holds (docs/benchmarks.md, "Listing").
 //!
-//! Cluster: `CLUSTER SHARDS` names the shards; each is scanned through one of its slots,
-//! routed to that slot's master by the client's own slot map, so the configured
-//! credentials and TLS apply and no announced address needs translating.
+//! One read-only pass per index (one index, or 256 in cluster mode, one per hash-tag
+//! bucket, each in its records' slot): a script takes the members in score order,
+//! reads their records and drops the members whose record is gone (its retention
+//! ended while in progress) or completed (by a release before the index existed).
 //!
-//! Cost: O(records under the prefix) per call, in batches of [`BATCH`], each command
-//! bounded by `op_timeout`. An admin operation, never on the request path. Names under
-//! the prefix that are not record keys (another program's, a `TYPE` other than string)
-//! are skipped.
+//! Records written by a release before the index are indexed by
+//! [`RedisStore::index_existing`], one `SCAN` when a replica starts.
 
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -24,29 +23,89 @@ use crate::store::listing::Soonest;
 use crate::store::record::decode;
 use crate::store::{Record, StoreError};
 
-/// Keys asked for per `SCAN` step (a hint to Redis), and so records read per batch.
+/// Keys asked for per `SCAN` step of the one-time indexing (a hint to Redis).
 const BATCH: usize = 500;
 
-/// The in-progress records among the names in `ARGV` (all of one node), as name, value
-/// pairs. Undeclared keys: they are the node's own (from its `SCAN`), in many slots.
-const IN_PROGRESS: &str = "#!lua flags=no-writes,allow-cross-slot-keys
+/// `KEYS[1]` an open index; `ARGV[1]` at most this many (`-1`: all) of the leases
+/// ending first, and as many of those settled as not executed. Returns member, record pairs. Members
+/// whose record is gone or completed leave the index.
+const LIST: &str = r"
+local open = KEYS[1]
+local base = string.sub(open, 1, #open - 4)
+local limit = ARGV[1]
 local out = {}
-for _, name in ipairs(ARGV) do
-  if redis.call('GETRANGE', name, 0, 0) == 'P' then
-    local value = redis.call('GET', name)
-    if value then
-      out[#out + 1] = name
+local function take(members)
+  for _, member in ipairs(members) do
+    local value = redis.call('GET', base .. member)
+    if value and string.sub(value, 1, 1) == 'P' then
+      out[#out + 1] = member
       out[#out + 1] = value
+    else
+      redis.call('ZREM', open, member)
     end
   end
 end
+take(redis.call('ZRANGE', open, 0, '+inf', 'BYSCORE', 'LIMIT', 0, limit))
+take(redis.call('ZRANGE', open, '-inf', '(0', 'BYSCORE', 'LIMIT', 0, limit))
 return out";
+
+/// Every record not completed of the index script's batch (the one-time indexing).
+const INDEX_EXISTING: &str = "#!lua flags=allow-cross-slot-keys
+local indexed = 0
+for _, name in ipairs(ARGV) do
+  local value = redis.call('GET', name)
+  if value and string.sub(value, 1, 1) == 'P' then
+    local lease_end = tonumber(string.match(value, '\"expires_at_ms\":(%d+)', 35))
+    if lease_end then
+      local eol = string.find(value, '\\n', 35, true) or #value
+      local settled = string.find(value, '\"settled\":\"not_executed\"', 35, true)
+      if settled and settled < eol then
+        lease_end = -lease_end
+      end
+      local open = string.sub(name, 1, #name - 64) .. 'open'
+      redis.call('ZADD', open, 'NX', lease_end, string.sub(name, -64))
+      indexed = indexed + 1
+    end
+  end
+end
+return indexed";
 
 impl RedisStore {
     pub async fn list_in_progress(
         &self,
         limit: usize,
     ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
+        let link = self.conn.link();
+        let mut soonest = Soonest::new(limit);
+        for index in self.layout.open_indexes() {
+            let mut cmd = redis::cmd("EVAL");
+            // `LIMIT 0 -1`: all of them.
+            cmd.arg(LIST)
+                .arg(1)
+                .arg(&index[..])
+                .arg(i64::try_from(limit).unwrap_or(-1));
+            let reply = self.on_key(&link, &index, cmd).await?;
+            let found = <Vec<Vec<u8>>>::from_redis_value(reply)
+                .map_err(|e| StoreError::Unavailable(format!("unexpected listing reply: {e}")))?;
+            for pair in found.chunks_exact(2) {
+                let (member, bytes) = (&pair[0], &pair[1]);
+                let Some(key) = self.layout.indexed_key(member) else {
+                    continue;
+                };
+                match decode(bytes) {
+                    Ok(record) => soonest.push(key, record),
+                    Err(e) => tracing::warn!(key = %String::from_utf8_lossy(member), error = %e,
+                        "skipping an unreadable record while listing"),
+                }
+            }
+        }
+        Ok(soonest.finish())
+    }
+
+    /// Indexes the records a release before the open index wrote (one `SCAN` of the
+    /// prefix on every master; `ZADD NX` never moves an entry the scripts keep). Run
+    /// once when a replica starts; returns how many records it found not completed.
+    pub async fn index_existing(&self) -> Result<u64, StoreError> {
         let link = self.conn.link();
         let nodes: Vec<Option<u16>> = match &link {
             Link::Cluster(cluster) => {
@@ -55,15 +114,25 @@ impl RedisStore {
             }
             _ => vec![None],
         };
-        let mut soonest = Soonest::new(limit);
+        let mut indexed = 0;
         for node in nodes {
             let mut cursor = 0u64;
             loop {
                 let (next, names) = self.scan(&link, node, cursor).await?;
-                // Names are parsed only for the few records the script returns: parsing
-                // every scanned name was most of idem's cost per record here.
-                for (key, record) in self.read_in_progress(&link, node, &names).await? {
-                    soonest.push(key, record);
+                let names: Vec<_> = names
+                    .into_iter()
+                    .filter(|n| self.layout.parse_store_key(n).is_some())
+                    .collect();
+                if !names.is_empty() {
+                    let mut cmd = redis::cmd("EVAL");
+                    cmd.arg(INDEX_EXISTING).arg(0);
+                    for name in &names {
+                        cmd.arg(&name[..]);
+                    }
+                    let reply = self.on_node(&link, node, cmd).await?;
+                    indexed += u64::from_redis_value(reply).map_err(|e| {
+                        StoreError::Unavailable(format!("unexpected indexing reply: {e}"))
+                    })?;
                 }
                 if next == 0 {
                     break;
@@ -71,7 +140,7 @@ impl RedisStore {
                 cursor = next;
             }
         }
-        Ok(soonest.finish())
+        Ok(indexed)
     }
 
     /// One `SCAN` step on the node of `slot` (cluster) or the one server.
@@ -94,41 +163,10 @@ impl RedisStore {
             .map_err(|e| StoreError::Unavailable(format!("unexpected SCAN reply: {e}")))
     }
 
-    /// The in-progress records among `names` (all on the node of `slot`; a name that
-    /// is not a record key is skipped), in one round
-    /// trip: a read-only script checks each record's state byte on the server and
-    /// returns only the in-progress ones, so neither the completed records nor one
-    /// command per key ever travel (a command costs idem thousands of instructions).
-    async fn read_in_progress(
-        &self,
-        link: &Link,
-        slot: Option<u16>,
-        names: &[Vec<u8>],
-    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
-        if names.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(IN_PROGRESS).arg(0);
-        for name in names {
-            cmd.arg(&name[..]);
-        }
-        let reply = self.on_node(link, slot, cmd).await?;
-        let found = <Vec<Vec<u8>>>::from_redis_value(reply)
-            .map_err(|e| StoreError::Unavailable(format!("unexpected listing reply: {e}")))?;
-        let mut records = Vec::with_capacity(found.len() / 2);
-        for pair in found.chunks_exact(2) {
-            let (name, bytes) = (&pair[0], &pair[1]);
-            let Some(key) = self.layout.parse_store_key(name) else {
-                continue;
-            };
-            match decode(bytes) {
-                Ok(record) => records.push((key, record)),
-                Err(e) => tracing::warn!(key = %String::from_utf8_lossy(name), error = %e,
-                    "skipping an unreadable record while listing"),
-            }
-        }
-        Ok(records)
+    /// Send `cmd` (a script whose one key is `_key`) to the node that holds its key:
+    /// the cluster client routes a script by its first key.
+    async fn on_key(&self, link: &Link, _key: &[u8], cmd: redis::Cmd) -> Result<Value, StoreError> {
+        self.on_node(link, None, cmd).await
     }
 
     /// Send `cmd` to the node of `slot` (cluster) or the one server.

@@ -51,12 +51,16 @@ impl Scripts {
             Fenced { source, hash }
         };
         Scripts {
-            reserve: script(&format!("{CLOCK}{RESERVE}")),
-            replace_if_owner: script(&format!("{CLOCK}{REPLACE_IF_OWNER}")),
-            take_over: script(&format!("{CLOCK}{FIELD}{LEASE_ENDED}{REPLACE_IF_OWNER}")),
-            renew: script(&format!("{CLOCK}{FIELD}{LEASE_LIVE}{REPLACE_IF_OWNER}")),
-            release_if_owner: script(RELEASE_IF_OWNER),
-            delete: script(DELETE),
+            reserve: script(&format!("{CLOCK}{FIELD}{INDEX}{RESERVE}")),
+            replace_if_owner: script(&format!("{CLOCK}{FIELD}{INDEX}{REPLACE_IF_OWNER}")),
+            take_over: script(&format!(
+                "{CLOCK}{FIELD}{INDEX}{LEASE_ENDED}{REPLACE_IF_OWNER}"
+            )),
+            renew: script(&format!(
+                "{CLOCK}{FIELD}{INDEX}{LEASE_LIVE}{REPLACE_IF_OWNER}"
+            )),
+            release_if_owner: script(&format!("{FIELD}{INDEX}{RELEASE_IF_OWNER}")),
+            delete: script(&format!("{FIELD}{INDEX}{DELETE}")),
         }
     }
 }
@@ -107,7 +111,9 @@ local current = redis.call('GET', KEYS[1])
 if current then
   return {now, current}
 end
-redis.call('SET', KEYS[1], stamp(ARGV[1], ARGV[3], '1'), 'PX', ARGV[2])
+local record = stamp(ARGV[1], ARGV[3], '1')
+redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
+index(record)
 return {now}
 ";
 
@@ -129,6 +135,7 @@ if ARGV[7] ~= '1' then
   record = keep_sent(record, current)
 end
 redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
+index(record)
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
@@ -144,6 +151,32 @@ local function lease_field(record, name)
     return nil
   end
   return tonumber(string.match(record, '"' .. name .. '":(%d+)', 35))
+end
+"#;
+
+/// `index(record)`: keeps the record's entry in the **open index** (see `keys.rs`
+/// `open_index`): the sorted set, beside the record and in its slot, of every record
+/// not completed, scored by its lease's end (negated for one resolved as not executed
+/// and waiting for its repeat), so operators list and count the unsettled intents
+/// without reading the completed ones (`listing.rs`). `index(nil)` (or a completed
+/// record) removes the entry. The set's name is the record key with its 64 hex digits
+/// replaced by `open`; the member is those digits.
+const INDEX: &str = r#"
+local function index(record)
+  local name = KEYS[1]
+  local open = string.sub(name, 1, #name - 64) .. 'open'
+  local member = string.sub(name, -64)
+  local lease_end = lease_field(record, 'expires_at_ms')
+  if not lease_end then
+    redis.call('ZREM', open, member)
+    return
+  end
+  local eol = string.find(record, '\n', 35, true) or #record
+  local settled = string.find(record, '"settled":"not_executed"', 35, true)
+  if settled and settled < eol then
+    lease_end = -lease_end
+  end
+  redis.call('ZADD', open, lease_end, member)
 end
 "#;
 
@@ -183,6 +216,7 @@ if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+index(nil)
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 ";
@@ -193,6 +227,7 @@ const DELETE: &str = r"
 if redis.call('DEL', KEYS[1]) == 0 then
   return 0
 end
+index(nil)
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1
 ";
