@@ -155,3 +155,51 @@ async fn older_records_are_indexed_once_and_stale_members_dropped() {
     assert_eq!(store.index_existing().await.unwrap(), 1, "idempotent");
     assert_eq!(open_count(server), 1);
 }
+
+/// `idem_unknown_outcomes` is exact past the listing's page of 10 000 (it once said
+/// 10 000 while 100 000 existed), and `idem_store_records` counts by state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gauges_count_every_unsettled_intent() {
+    let backend = Backend::redis();
+    let store = backend.instance().await;
+    let ended = Duration::from_millis(1);
+    let reserve_all = (0..12_000).map(|n| {
+        let store = store.clone();
+        async move {
+            let key = format!("u{n}");
+            let r = Record::in_progress("charge", "", &key, [1; 32], [2; 32], ended);
+            let won = store
+                .reserve(&StoreKey::new("charge", "", &key), &r, RETENTION)
+                .await;
+            assert!(matches!(won.unwrap(), Reserve::Won));
+        }
+    });
+    use futures_util::StreamExt;
+    let mut reserving = futures_util::stream::iter(reserve_all).buffer_unordered(32);
+    while reserving.next().await.is_some() {}
+    for n in 0..5 {
+        reserve(&store, &format!("flying{n}")).await;
+    }
+    for n in 0..100 {
+        let (key, r) = reserve(&store, &format!("c{n}")).await;
+        complete(&store, &key, &r).await;
+    }
+    let upstream = support::upstream::MockUpstream::start().await;
+    let idem = support::harness::start(&format!(
+        "upstream:\n  url: {}\n{}routes:\n  - name: charge\n    path: /c/{{id}}\n    key: \"charge:{{path.id}}\"\n",
+        upstream.url(),
+        backend.yaml()
+    ))
+    .await;
+    let metrics = support::harness::admin_url(&idem, "/metrics");
+    support::poll::eventually(Duration::from_secs(20), "the gauges counted", async || {
+        let text = support::harness::send("GET", &metrics, &[], "")
+            .await
+            .text();
+        text.contains(r#"idem_unknown_outcomes{route="charge"} 12000"#)
+            && text.contains(r#"idem_store_records{state="unknown"} 12000"#)
+            && text.contains(r#"idem_store_records{state="in_flight"} 5"#)
+            && text.contains(r#"idem_store_records{state="completed"} 100"#)
+    })
+    .await;
+}

@@ -141,7 +141,7 @@ pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminR
             }
         }
         tracing::info!(route = %asked.route, resolved, skipped, "unknown outcomes resolved in bulk as not executed");
-        unknown::recount(admin).await;
+        super::counting::recount(admin).await;
     }
     let body = json!({
         "matched": matched.len(),

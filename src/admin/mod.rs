@@ -23,6 +23,7 @@
 
 mod bulk;
 mod console;
+mod counting;
 mod guard;
 mod keys;
 mod reply;
@@ -78,7 +79,7 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
     let routes = admin.control.routes();
     let metrics = &admin.control.metrics().unknown;
     metrics.declare_routes(routes.iter().map(|r| r.name.as_str()));
-    let counting = unknown::keep_counting(admin.clone(), unknown::COUNT_EVERY);
+    let counting = counting::keep_counting(admin.clone(), counting::COUNT_EVERY);
     let _counting = AbortOnDrop(tokio::spawn(counting));
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);

@@ -1,8 +1,8 @@
 //! `GET /v1/unknown[?route=R][&limit=N][&include=inflight]`: the unknown outcomes in
 //! the store (so across replicas), and with `include=inflight` the intents still in
 //! flight or resolved as not executed and waiting for their repeat (the console shows
-//! both). And the `idem_unknown_outcomes{route}` gauge, counted from the same listing
-//! every [`COUNT_EVERY`] and on every request here.
+//! both). Each request here also recounts `idem_unknown_outcomes{route}`
+//! (`counting.rs`).
 //!
 //! ```json
 //! {"now": "…", "routes": ["charge"], "truncated": false,
@@ -13,10 +13,6 @@
 //!               {"state": "not_executed", "lease_ended_at": "…", …}]}
 //! ```
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
 use http::StatusCode;
 use serde_json::{json, Value};
 
@@ -26,8 +22,6 @@ use super::Admin;
 use crate::key::StoreKey;
 use crate::store::{Record, Settled, Store, StoreError};
 
-/// How often the gauge is counted from the store when nobody asks.
-pub(super) const COUNT_EVERY: Duration = Duration::from_secs(30);
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 /// In-progress records read per listing. The store returns leases that ended first
@@ -99,7 +93,12 @@ pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
         Ok(read) => read,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
-    count(admin, &records, now);
+    // The gauges follow what the operator sees: from this read when it holds every
+    // record not completed, else from a full count.
+    match records.len() < READ_CAP {
+        true => super::counting::count(admin, &records, now).await,
+        false => super::counting::recount(admin).await,
+    }
     let mut unknown = Vec::new();
     let mut inflight = Vec::new();
     let wanted = records
@@ -162,43 +161,4 @@ pub(super) async fn read_with_store(
         Ok((records, s.clock_ms().await?))
     })
     .await
-}
-
-/// Counts again now (after a change made here), keeping the last count on a failure.
-pub(super) async fn recount(admin: &Admin) {
-    if let Ok((records, now)) = read(admin).await {
-        count(admin, &records, now);
-    }
-}
-
-/// Sets `idem_unknown_outcomes` from a listing of the whole store.
-fn count(admin: &Admin, records: &[(StoreKey, Record)], now: u64) {
-    let mut counts: HashMap<String, i64> = HashMap::new();
-    for (_, record) in records {
-        if Intent::of(record, now) == Intent::Unknown {
-            *counts.entry(record.route.clone()).or_default() += 1;
-        }
-    }
-    let routes = admin.control.routes();
-    let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
-    let metrics = &admin.control.metrics().unknown;
-    // Routes added by a reload get their series too.
-    metrics.declare_routes(names.iter().copied());
-    metrics.set_unknown(&names, &counts);
-}
-
-/// Counts unknown outcomes every `every` (the first at once), until aborted. A failed
-/// listing keeps the last count: an outage must not look like "all settled".
-pub(super) async fn keep_counting(admin: Arc<Admin>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match read(&admin).await {
-            Ok((records, now)) => count(&admin, &records, now),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot count unknown outcomes; keeping the last count")
-            }
-        }
-    }
 }

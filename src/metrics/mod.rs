@@ -12,11 +12,13 @@
 mod breaker;
 mod exposition;
 mod latency;
+mod records;
 mod unknown;
 
 pub use breaker::{BreakerMetrics, RouteBreakerMetrics};
 pub use exposition::Exposition;
 pub use latency::Latency;
+pub use records::{RecordCounts, RecordMetrics};
 pub use unknown::{Reconciliation, Resolution, UnknownMetrics};
 
 use std::sync::{Arc, OnceLock};
@@ -146,6 +148,7 @@ pub struct Metrics {
     pub duplicate_wakeups: Family<WakeupLabels, Counter>,
     pub unknown: UnknownMetrics,
     pub breakers: BreakerMetrics,
+    pub records: RecordMetrics,
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
     /// cache line every worker thread shares.
@@ -252,10 +255,12 @@ impl Metrics {
         );
         let unknown = UnknownMetrics::register(&mut registry);
         let breakers = BreakerMetrics::register(&mut registry);
+        let records = RecordMetrics::register(&mut registry);
         Metrics {
             requests,
             unknown,
             breakers,
+            records,
             upstream_duration,
             store_duration,
             inflight,

@@ -77,6 +77,11 @@ impl MemoryStore {
     }
 
     /// Records currently held, including expired ones not yet purged.
+    /// The most records it holds (`store.memory.max_records`).
+    pub fn max_records(&self) -> usize {
+        self.shared.max
+    }
+
     pub fn len(&self) -> usize {
         self.shared.len.load(Ordering::Acquire)
     }

@@ -17,6 +17,7 @@
 //! - Every operation is bounded by `op_timeout` ([`StoreError::Timeout`]); any database
 //!   or connection error is [`StoreError::Unavailable`].
 
+mod counting;
 mod listener;
 mod maintenance;
 mod pool;

@@ -102,6 +102,32 @@ impl RedisStore {
         Ok(soonest.finish())
     }
 
+    /// Keys in the database (`DBSIZE` on every master): with a database of idem's
+    /// own, its records plus the open indexes (1, or one per bucket on Cluster).
+    pub async fn record_count(&self) -> Result<u64, StoreError> {
+        let link = self.conn.link();
+        let nodes: Vec<Option<u16>> = match &link {
+            Link::Cluster(cluster) => {
+                let slots = self.shard_slots(cluster.clone()).await?;
+                slots.into_iter().map(Some).collect()
+            }
+            _ => vec![None],
+        };
+        let mut keys = 0;
+        for node in nodes {
+            let reply = self.on_node(&link, node, redis::cmd("DBSIZE")).await?;
+            keys += u64::from_redis_value(reply)
+                .map_err(|e| StoreError::Unavailable(format!("unexpected DBSIZE reply: {e}")))?;
+        }
+        Ok(keys)
+    }
+
+    /// How many open index keys exist when `open` records are indexed (an estimate
+    /// on Cluster, where they spread over 256 buckets).
+    pub fn index_keys(&self, open: u64) -> u64 {
+        open.min(self.layout.open_indexes().len() as u64)
+    }
+
     /// Indexes the records a release before the open index wrote (one `SCAN` of the
     /// prefix on every master; `ZADD NX` never moves an entry the scripts keep). Run
     /// once when a replica starts; returns how many records it found not completed.
