@@ -5,10 +5,11 @@
 //! {"route": "charge", "outcome": "not_executed",
 //!  "sent_after": "2026-12-05T10:00:00Z", "sent_before": "2026-12-05T10:20:00Z",
 //!  "dry_run": true}
-//! → {"matched": 12, "resolved": 0, "skipped": 0, "dry_run": true, "truncated": false}
+//! → {"matched": 12, "resolved": 0, "skipped": 0, "dry_run": true}
 //! ```
 //!
-//! Each match gets the same fenced write as a single resolve: replaced only if it still
+//! Every unknown outcome of the route is read (a cost that follows the unsettled
+//! intents, see `Store::list_in_progress`). Each match gets the same fenced write as a single resolve: replaced only if it still
 //! carries the token read and its lease has still ended on the store's clock. So an
 //! intent whose lease is live is never matched, and one that a repeat took over or an
 //! operator resolved in the meantime is `skipped`, unchanged. Only `not_executed`: a
@@ -23,7 +24,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::reply::{error, json_response, AdminResponse};
-use super::unknown::{self, Intent, READ_CAP};
+use super::unknown::{self, Intent};
 use super::Admin;
 use crate::metrics::Resolution;
 
@@ -101,11 +102,10 @@ pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminR
         (Err(e), _) | (_, Err(e)) => return error(StatusCode::BAD_REQUEST, e),
     };
 
-    let ((records, now), store) = match unknown::read_with_store(admin).await {
+    let ((records, now), store) = match unknown::read_with_store(admin, usize::MAX).await {
         Ok(read) => read,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
-    let truncated = records.len() >= READ_CAP;
     let matched: Vec<_> = records
         .iter()
         .filter(|(_, r)| r.route == asked.route && Intent::of(r, now) == Intent::Unknown)
@@ -148,7 +148,6 @@ pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminR
         "resolved": resolved,
         "skipped": skipped,
         "dry_run": asked.dry_run,
-        "truncated": truncated,
     });
     json_response(StatusCode::OK, &body)
 }

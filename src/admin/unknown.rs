@@ -149,15 +149,17 @@ fn item(record: &Record, intent: Intent) -> Value {
 /// The in-progress records and the store's clock, which tells unknown outcomes (lease
 /// ended) from calls in flight.
 async fn read(admin: &Admin) -> Result<(Vec<(StoreKey, Record)>, u64), StoreError> {
-    read_with_store(admin).await.map(|(read, _)| read)
+    read_with_store(admin, READ_CAP).await.map(|(read, _)| read)
 }
 
-/// [`read`], and the store handle that answered (to write through the same one).
+/// At most `limit` records not completed, the store's clock, and the store handle that
+/// answered (to write through the same one).
 pub(super) async fn read_with_store(
     admin: &Admin,
+    limit: usize,
 ) -> Result<((Vec<(StoreKey, Record)>, u64), &Store), StoreError> {
     any_store(&admin.stores, |s| async {
-        let records = s.list_in_progress(READ_CAP).await?;
+        let records = s.list_in_progress(limit).await?;
         Ok((records, s.clock_ms().await?))
     })
     .await

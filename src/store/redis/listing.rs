@@ -76,17 +76,21 @@ impl RedisStore {
         limit: usize,
     ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
         let link = self.conn.link();
+        // `LIMIT 0 -1`: all of them.
+        let count = i64::try_from(limit).unwrap_or(-1);
+        // One script per index, all at once (256 on Cluster, spread over the masters).
+        let lists = self.layout.open_indexes().into_iter().map(|index| {
+            let link = &link;
+            async move {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(LIST).arg(1).arg(&index[..]).arg(count);
+                let reply = self.on_node(link, None, cmd).await?;
+                <Vec<Vec<u8>>>::from_redis_value(reply)
+                    .map_err(|e| StoreError::Unavailable(format!("unexpected listing reply: {e}")))
+            }
+        });
         let mut soonest = Soonest::new(limit);
-        for index in self.layout.open_indexes() {
-            let mut cmd = redis::cmd("EVAL");
-            // `LIMIT 0 -1`: all of them.
-            cmd.arg(LIST)
-                .arg(1)
-                .arg(&index[..])
-                .arg(i64::try_from(limit).unwrap_or(-1));
-            let reply = self.on_key(&link, &index, cmd).await?;
-            let found = <Vec<Vec<u8>>>::from_redis_value(reply)
-                .map_err(|e| StoreError::Unavailable(format!("unexpected listing reply: {e}")))?;
+        for found in futures_util::future::try_join_all(lists).await? {
             for pair in found.chunks_exact(2) {
                 let (member, bytes) = (&pair[0], &pair[1]);
                 let Some(key) = self.layout.indexed_key(member) else {
@@ -189,13 +193,8 @@ impl RedisStore {
             .map_err(|e| StoreError::Unavailable(format!("unexpected SCAN reply: {e}")))
     }
 
-    /// Send `cmd` (a script whose one key is `_key`) to the node that holds its key:
-    /// the cluster client routes a script by its first key.
-    async fn on_key(&self, link: &Link, _key: &[u8], cmd: redis::Cmd) -> Result<Value, StoreError> {
-        self.on_node(link, None, cmd).await
-    }
-
-    /// Send `cmd` to the node of `slot` (cluster) or the one server.
+    /// Send `cmd` to the node of `slot` (cluster), or with no slot wherever the client
+    /// routes it (a script: by its first key), or to the one server.
     async fn on_node(
         &self,
         link: &Link,
