@@ -154,3 +154,39 @@ store_cases!([memory, redis, postgres] [
     an_outage_opens_the_breaker_and_a_probe_closes_it,
     a_failed_probe_reopens_it,
 ]);
+
+/// On an MCP route an open breaker answers the `tools/call` with a tool error for its
+/// id, `circuit_open` in its structured content, nothing sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_mcp_route_it_is_a_tool_error() {
+    let upstream = support::upstream::MockUpstream::start().await;
+    let idem = support::harness::start(&format!(
+        "upstream:\n  url: {}\n  timeout: 1s\nroutes:\n  - name: tools\n    path: /mcp\n    breaker: {{after: 2, cool_down: 30s}}\n    mcp:\n      tools: [charge_customer]\n",
+        upstream.url()
+    ))
+    .await;
+    let call = |id: u64| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "charge_customer", "arguments": {"customer": format!("c{id}")}}})
+        .to_string()
+    };
+    let mcp = url(&idem, "/mcp");
+    let json = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    let with_reset = [json[0], json[1], RESET[0]];
+    for id in [1, 2] {
+        send("POST", &mcp, &with_reset, &call(id)).await;
+    }
+    let refused = send("POST", &mcp, &json, &call(3)).await;
+    assert_eq!(refused.status, 200, "{}", refused.text());
+    let v = refused.json();
+    assert_eq!(v["id"], 3);
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    assert_eq!(
+        v["result"]["structuredContent"]["code"], "circuit_open",
+        "{v}"
+    );
+    assert_eq!(upstream.total_executions(), 2, "nothing sent");
+}
