@@ -1,9 +1,9 @@
 //! The admin listener's guard (SPEC §4, `src/admin/guard.rs`), against idem in-process
 //! with its memory store and a mock upstream:
 //! - without `admin.token`, record data, writes and the console are served only for a
-//!   `Host` that is localhost, an IP literal or listed in `admin.allowed_hosts` (DNS
-//!   rebinding), and a write from another site's `Origin` is refused; probes and
-//!   metrics stay open;
+//!   `Host` that is a loopback name (`localhost`, `*.localhost`), an IP literal or listed
+//!   in `admin.allowed_hosts` (DNS rebinding), and a write from another site's `Origin`
+//!   is refused; probes and metrics stay open;
 //! - a listener that is not on loopback and has no token answers record data only to
 //!   loopback peers;
 //! - a resolution is read with the route's own cap, not buffered first;
@@ -63,9 +63,11 @@ async fn a_foreign_host_gets_no_records_but_probes_and_metrics_stay_open() {
     for open in ["/healthz", "/readyz", "/metrics", "/v1/config"] {
         assert_eq!(send("GET", &at(open), &h, "").await.status, 200, "{open}");
     }
-    // Loopback names, IP literals and listed names are served.
+    // Loopback names (`localhost` and names under it), IP literals and listed names
+    // are served.
     for host in [
         format!("localhost:{port}"),
+        format!("console.localhost:{port}"),
         format!("127.0.0.1:{port}"),
         format!("idem-admin.internal:{port}"),
         "[::1]".to_owned(),
@@ -83,9 +85,10 @@ async fn a_foreign_host_gets_no_records_but_probes_and_metrics_stay_open() {
             "{host}"
         );
     }
-    let sub = format!("app.localhost:{port}");
+    // A name that merely ends in "localhost" is not under it.
+    let lookalike = format!("evil-localhost:{port}");
     refused(
-        &send("GET", &at("/v1/unknown"), &[("host", &sub)], "").await,
+        &send("GET", &at("/v1/unknown"), &[("host", &lookalike)], "").await,
         "admin_host_refused",
     );
     assert_eq!(env.upstream.executions("charge:h1"), 1);
@@ -175,7 +178,14 @@ async fn an_exposed_listener_without_token_answers_only_loopback_peers() {
     let guarded = exposed(&env, "admin:\n  token: s3cret\n").await;
     let far = SocketAddr::new(far.ip(), guarded.admin_addr.port());
     let list = format!("http://{far}/v1/unknown");
-    assert_eq!(send("GET", &list, &[], "").await.status, 401);
+    let r = send("GET", &list, &[], "").await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Bearer realm=\"idem admin\"")
+    );
+    assert_eq!(r.json()["code"], "admin_token_invalid");
     let bearer = ("authorization", "Bearer s3cret");
     assert_eq!(send("GET", &list, &[bearer], "").await.status, 200);
 }
@@ -208,6 +218,8 @@ async fn a_resolution_is_read_with_the_routes_cap() {
     let big = "x".repeat(200 << 10);
     let r = send("POST", &resolve, &[json], &big).await;
     assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.json()["code"], "resolution_too_large");
     assert!(r.text().contains("max_response_bytes"), "{}", r.text());
     // Streamed without a length and never finished: refused once past the cap, while
     // the client is still sending (a buffering reader would wait for the end).

@@ -115,6 +115,27 @@ async fn a_dot_segment_key_is_resolved_as_itself() {
     );
 }
 
+/// Opened under a name below `.localhost` (Chromium resolves those to loopback itself,
+/// RFC 6761), the console is served and its write is same-origin: a loopback name passes
+/// the admin guard's `Host` and `Origin` checks without a token or `admin.allowed_hosts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_under_a_localhost_name() {
+    let env = Env::new(Backend::redis()).await;
+    let idem = idem(&env, None).await;
+    unknown(&env.backend.instance().await, "charge:named").await;
+    let named = idem.admin_url("").replace("127.0.0.1", "console.localhost");
+    browser::scenario("resolve-completed", &named, &["charge", "charge:named"]).await;
+    let record = send(
+        "GET",
+        &idem.admin_url("/v1/keys/charge/charge%3Anamed"),
+        &[],
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(record["settled"], json!("resolved"), "{record}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_the_confirmation_sends_nothing() {
     let env = Env::new(Backend::redis()).await;

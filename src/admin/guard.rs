@@ -15,10 +15,12 @@
 //!   otherwise read and release keys.
 //! - **DNS rebinding**: a page on `evil.example` can re-point its own name at 127.0.0.1
 //!   and then read this listener as if it were its own origin. The browser still sends
-//!   `Host: evil.example`, so only a `Host` that is `localhost`, an IP literal (v4 or
-//!   `[v6]`, with or without a port) or a name in `admin.allowed_hosts` is served.
-//!   `*.localhost` is not taken as loopback: browsers pin it to loopback, but not every
-//!   resolver does; list such a name in `admin.allowed_hosts` to use it.
+//!   `Host: evil.example`, so only a `Host` that is a loopback name (`localhost` or a
+//!   name under it, `app.localhost`), an IP literal (v4 or `[v6]`, with or without a
+//!   port) or a name in `admin.allowed_hosts` is served. Names under `.localhost` are
+//!   safe to accept because no one can point them elsewhere: the top-level name is
+//!   reserved for loopback (RFC 6761 §6.3) and delegated by no registry, so there is no
+//!   DNS record to rebind, and browsers resolve it to loopback without asking DNS.
 //! - **Cross-site writes**: a write (any method but GET, HEAD, OPTIONS) whose `Origin` is
 //!   present and is neither the host it addressed nor an allowed host is refused
 //!   (`Origin: null`, sent from sandboxed frames and files, too). Browsers send `Origin`
@@ -27,12 +29,10 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::uri::Authority;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{header, HeaderValue, Method, Request, StatusCode};
 
-use super::reply::{error, AdminResponse};
+use super::reply::{problem, AdminResponse};
 use crate::config::AdminConfig;
-use crate::proxy::problem::Problem;
 
 /// The admin listener's access rules, from `admin:` and the address it is bound to.
 pub struct Guard {
@@ -66,8 +66,7 @@ impl Guard {
         if let Some(token) = &self.token {
             // The page holds no data; everything else needs the token.
             let allowed = req.uri().path() == "/" || bearer_is(req, token);
-            let why = "missing or wrong bearer token";
-            return (!allowed).then(|| error(StatusCode::UNAUTHORIZED, why));
+            return (!allowed).then(unauthorized);
         }
         if self.exposed && !is_loopback(peer.ip()) {
             return Some(refused(
@@ -112,9 +111,9 @@ impl Guard {
         None
     }
 
-    /// `localhost`, an IP literal, or a name the operator listed.
+    /// A loopback name, an IP literal, or a name the operator listed.
     fn host_allowed(&self, host: &str) -> bool {
-        host == "localhost"
+        loopback_name(host)
             || literal_ip(host).is_some()
             || self.allowed_hosts.iter().any(|h| h == host)
     }
@@ -124,11 +123,11 @@ impl Guard {
             "admin_host_refused",
             "Host not allowed",
             format!(
-                "Host {host:?} is not localhost, an IP literal or a name in \
-                 admin.allowed_hosts, and this admin listener has no admin.token: refused so \
-                 that a web page cannot reach it by pointing its own name at this address (DNS \
-                 rebinding). Address it as 127.0.0.1:<port> or localhost:<port>, list the \
-                 name in admin.allowed_hosts, or set admin.token."
+                "Host {host:?} is not localhost (or a name under .localhost), an IP literal \
+                 or a name in admin.allowed_hosts, and this admin listener has no admin.token: \
+                 refused so that a web page cannot reach it by pointing its own name at this \
+                 address (DNS rebinding). Address it as 127.0.0.1:<port> or localhost:<port>, \
+                 list the name in admin.allowed_hosts, or set admin.token."
             ),
         )
     }
@@ -136,12 +135,24 @@ impl Guard {
 
 /// A 403 `application/problem+json` (RFC 9457), as the proxy's own errors.
 fn refused(code: &'static str, title: &'static str, detail: String) -> AdminResponse {
-    let problem = Problem::new(StatusCode::FORBIDDEN, code, title, detail);
-    let mut r = Response::new(Full::new(problem.body()));
-    *r.status_mut() = StatusCode::FORBIDDEN;
+    problem(StatusCode::FORBIDDEN, code, title, detail)
+}
+
+/// 401 with the challenge a 401 must carry (RFC 9110 §11.6.1): `Bearer`.
+fn unauthorized() -> AdminResponse {
+    let detail = "This admin listener has admin.token set: record data and writes need \
+                  Authorization: Bearer <token>, and the token sent was missing or wrong. \
+                  idem keys reads it from --token or IDEM_ADMIN_TOKEN; the console asks for it."
+        .to_owned();
+    let mut r = problem(
+        StatusCode::UNAUTHORIZED,
+        "admin_token_invalid",
+        "Admin token missing or wrong",
+        detail,
+    );
     r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"idem admin\""),
     );
     r
 }
@@ -202,6 +213,16 @@ fn origin_of(origin: &HeaderValue) -> Option<(String, u16)> {
     };
     let (host, port) = authority(rest)?;
     Some((host, port.unwrap_or(default)))
+}
+
+/// `localhost` or a name under it (`app.localhost`; lowercase already, as
+/// [`authority`] returns it). Not `localhost.` with a trailing dot, nor an empty label
+/// (`.localhost`, `a..localhost`): those are not names a browser resolves to loopback.
+fn loopback_name(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .strip_suffix(".localhost")
+            .is_some_and(|sub| !sub.is_empty() && sub.split('.').all(|label| !label.is_empty()))
 }
 
 /// `127.0.0.1` or `[::1]` (a Host header writes IPv6 in brackets) as an address.

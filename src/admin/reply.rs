@@ -1,10 +1,18 @@
 //! Building admin responses, and reading query strings.
+//!
+//! The guard's refusals and a resolution past its cap are `application/problem+json`
+//! (RFC 9457) with a stable `code`, as the proxy's own errors (SPEC §5): they are what a
+//! client sees first when something stands between it and the records, so they say why
+//! and what to do. The API's other errors are `{"error": message}`, which the console
+//! and `idem keys` have always read.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use percent_encoding::percent_decode_str;
 use serde_json::json;
+
+use crate::proxy::problem::Problem;
 
 pub(super) type AdminResponse = Response<Full<Bytes>>;
 
@@ -19,6 +27,18 @@ pub(super) fn json_response(status: StatusCode, value: &serde_json::Value) -> Ad
 /// `{"error": message}` with `status`.
 pub(super) fn error(status: StatusCode, message: impl std::fmt::Display) -> AdminResponse {
     json_response(status, &json!({ "error": message.to_string() }))
+}
+
+/// An RFC 9457 problem document with `status`, a stable `code` and a `detail` that
+/// says what to do next.
+pub(super) fn problem(
+    status: StatusCode,
+    code: &'static str,
+    title: &'static str,
+    detail: String,
+) -> AdminResponse {
+    let body = Problem::new(status, code, title, detail).body();
+    with_type(status, body, "application/problem+json")
 }
 
 pub(super) fn no_content() -> AdminResponse {

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::keys::{any_store, describe, read_at, KeyRef};
-use super::reply::{error, json_response, AdminResponse};
+use super::reply::{error, json_response, problem, AdminResponse};
 use super::unknown::Intent;
 use super::Admin;
 use crate::metrics::Resolution;
@@ -100,13 +100,20 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let too_large = || {
-        let message = format!(
-            "the resolution is larger than {limit} bytes (twice route {:?}'s \
-             max_response_bytes, plus 64 KiB), or was cut off; send a large text body as \
-             body_base64",
+        let detail = format!(
+            "The resolution is larger than {limit} bytes (twice route {:?}'s \
+             max_response_bytes, plus 64 KiB), or was cut off, and nothing was recorded. A \
+             body larger than max_response_bytes cannot be stored; a text body that grows \
+             past the cap when escaped as JSON fits when sent as body_base64.",
             at.route
         );
-        error(StatusCode::PAYLOAD_TOO_LARGE, message)
+        let title = "Resolution too large";
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "resolution_too_large",
+            title,
+            detail,
+        )
     };
     // Refused before a byte of it is read when its length says so.
     if declared.is_some_and(|n| n > limit as u64) {

@@ -179,7 +179,8 @@ pub fn allowed_host(text: &str) -> Result<String, String> {
     if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
         return Err(format!(
             "invalid host {text:?}: a DNS name without scheme or port, e.g. \
-             idem-admin.internal (localhost and IP literals are always accepted)"
+             idem-admin.internal (localhost, names under .localhost and IP literals are always \
+             accepted)"
         ));
     }
     Ok(host)
