@@ -47,6 +47,7 @@ async fn unknown(store: &Store, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_by_keyboard_the_repeat_is_a_replay_of_it() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::redis()).await;
     let idem = idem(&env, None).await;
     // The upstream takes the call and does not answer in time: 504, outcome unknown.
@@ -101,6 +102,7 @@ async fn resolved_by_keyboard_the_repeat_is_a_replay_of_it() {
 /// `encodeURIComponent` leaves as it is, and the URL parser would resolve away).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dot_segment_key_is_resolved_as_itself() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::redis()).await;
     let idem = idem(&env, None).await;
     unknown(&env.backend.instance().await, "..").await;
@@ -120,6 +122,7 @@ async fn a_dot_segment_key_is_resolved_as_itself() {
 /// the admin guard's `Host` and `Origin` checks without a token or `admin.allowed_hosts`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_under_a_localhost_name() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::redis()).await;
     let idem = idem(&env, None).await;
     unknown(&env.backend.instance().await, "charge:named").await;
@@ -138,6 +141,7 @@ async fn served_under_a_localhost_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_the_confirmation_sends_nothing() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::redis()).await;
     let idem = idem(&env, None).await;
     unknown(&env.backend.instance().await, "charge:kept").await;
@@ -156,6 +160,7 @@ async fn cancelling_the_confirmation_sends_nothing() {
 /// a call still in flight on the same route is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_s_unknown_outcomes_are_marked_not_executed_at_once() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::redis()).await;
     let idem = idem(&env, None).await;
     let store = env.backend.instance().await;
@@ -208,6 +213,7 @@ async fn a_route_s_unknown_outcomes_are_marked_not_executed_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asks_for_the_token_only_when_one_is_configured() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::redis()).await;
     unknown(&env.backend.instance().await, "charge:t").await;
     let guarded = idem(&env, Some("s3cret")).await;

@@ -1,10 +1,13 @@
 //! `idem demo` plays its three scenarios; its table's numbers are checked, not just
 //! its exit code.
 
+mod support;
+
 use idem::demo::run;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_shows_idem_executing_each_intent_once() {
+    let _panics = crate::support::panics::watched();
     let mut out = Vec::new();
     let rows = run(&mut out).await.expect("demo runs");
     let text = String::from_utf8(out).unwrap();

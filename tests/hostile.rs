@@ -531,23 +531,3 @@ async fn connection_limit_holds_and_recovers() {
     drop(silent);
     panics::assert_none();
 }
-
-/// The panic watch sees a panic on any thread, such as idem's data-plane threads
-/// (`idem-worker-N`), which the watch once missed by counting only tokio's.
-#[test]
-fn the_panic_watch_sees_every_thread() {
-    panics::watch();
-    let panicked = std::thread::Builder::new()
-        .name("idem-worker-self-test".into())
-        .spawn(|| panic!("{}", panics::SELF_TEST))
-        .unwrap()
-        .join();
-    assert!(panicked.is_err());
-    let recorded = panics::recorded();
-    assert!(
-        recorded
-            .iter()
-            .any(|p| p.thread == "idem-worker-self-test" && p.message.contains(panics::SELF_TEST)),
-        "{recorded:?}"
-    );
-}

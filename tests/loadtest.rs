@@ -57,17 +57,20 @@ async fn duplicates_through_idem_run_once(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_duplicates_run_once() {
+    let _panics = crate::support::panics::watched();
     duplicates_through_idem_run_once(Backend::memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_duplicates_run_once() {
+    let _panics = crate::support::panics::watched();
     duplicates_through_idem_run_once(Backend::redis()).await;
 }
 
 /// Without idem, duplicates execute: both detectors must say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn straight_to_the_upstream_double_execution_is_detected() {
+    let _panics = crate::support::panics::watched();
     let upstream = MockUpstream::start().await;
     let mut a = args(upstream.url(), 20, 3, 8);
     a.check_url = Some(check_url(&upstream));
@@ -84,6 +87,7 @@ async fn straight_to_the_upstream_double_execution_is_detected() {
 /// Same as above, through the binary: the exit status is what scripts rely on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_exit_status_fails_on_double_execution_and_passes_through_idem() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let idem = env.idem(BY_HEADER).await;
     let upstream_check = check_url(&env.upstream);
@@ -123,6 +127,7 @@ async fn binary_exit_status_fails_on_double_execution_and_passes_through_idem() 
 /// `on_concurrent: wait`: duplicates wait for the first call and get its replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_duplicates_all_get_the_result() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let idem = env
         .idem(&format!(
@@ -142,6 +147,7 @@ async fn waiting_duplicates_all_get_the_result() {
 /// the check URL is written with `{i}`; no key header is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_templates_and_check_url_placeholders() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let idem = env
         .idem(
@@ -178,6 +184,7 @@ routes:
 /// count URL that does not answer JSON is reported as unreadable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_unreadable_counts_fail_the_run() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let idem = env.idem(BY_HEADER).await;
     let mut a = args(format!("http://{}", idem.addr), 10, 1, 4);
@@ -200,6 +207,7 @@ async fn errors_and_unreadable_counts_fail_the_run() {
 /// `--duration-limit` stops the dispatch by itself and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duration_limit_stops_the_run() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let idem = env.idem(BY_HEADER).await;
     let mut a = args(format!("http://{}", idem.addr), 1_000_000, 1, 4);
@@ -219,6 +227,7 @@ async fn duration_limit_stops_the_run() {
 /// 100 ms interval gives lines however slow the machine; nothing is asserted on speed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_lines_go_to_stderr_when_it_is_not_a_terminal() {
+    let _panics = crate::support::panics::watched();
     let upstream = MockUpstream::start().await;
     let target = upstream.url();
     let out = tokio::task::spawn_blocking(move || {

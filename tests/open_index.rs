@@ -68,6 +68,7 @@ fn listed(records: &[(StoreKey, Record)]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_write_keeps_the_index_to_the_records_in_progress() {
+    let _panics = crate::support::panics::watched();
     let backend = Backend::redis();
     let store = backend.instance().await;
     let server = backend.redis_server();
@@ -99,6 +100,7 @@ async fn every_write_keeps_the_index_to_the_records_in_progress() {
 /// read of a completed record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_reads_only_the_records_not_completed() {
+    let _panics = crate::support::panics::watched();
     let backend = Backend::redis();
     let store = backend.instance().await;
     let server = backend.redis_server();
@@ -130,6 +132,7 @@ async fn a_listing_reads_only_the_records_not_completed() {
 /// by the one-time indexing; a member whose record is gone leaves the index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn older_records_are_indexed_once_and_stale_members_dropped() {
+    let _panics = crate::support::panics::watched();
     let backend = Backend::redis();
     let store = backend.instance().await;
     let server = backend.redis_server();
@@ -160,6 +163,7 @@ async fn older_records_are_indexed_once_and_stale_members_dropped() {
 /// 10 000 while 100 000 existed), and `idem_store_records` counts by state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gauges_count_every_unsettled_intent() {
+    let _panics = crate::support::panics::watched();
     let backend = Backend::redis();
     let store = backend.instance().await;
     let ended = Duration::from_millis(1);

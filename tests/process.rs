@@ -19,6 +19,7 @@ fn idem(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn check_prints_the_route_table_or_every_error() {
+    let _panics = crate::support::panics::watched();
     let ok = idem(&["check", "--config", "config/idem.yaml"]);
     assert_eq!(ok.status.code(), Some(0));
     let table = String::from_utf8_lossy(&ok.stdout);
@@ -40,6 +41,7 @@ fn check_prints_the_route_table_or_every_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let idem = IdemProcess::serve(&["--upstream", &env.upstream.url(), "--workers", "3"]).await;
     let u = idem.url("/anything/at/all");
@@ -58,6 +60,7 @@ async fn serve_with_only_an_upstream_protects_idempotency_key_posts() {
 
 #[test]
 fn a_bad_workers_flag_is_a_usage_error() {
+    let _panics = crate::support::panics::watched();
     let out = idem(&[
         "serve",
         "--upstream",
@@ -89,6 +92,7 @@ async fn generation(p: &IdemProcess) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let p = IdemProcess::spawn_with(&routes(&env, ""), &[], "info", &[]).await;
     let u = p.url("/invoices/r1/charge");
@@ -136,6 +140,7 @@ async fn sighup_reloads_routes_without_dropping_in_flight_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_log_lines_carry_the_key_hash_never_the_key_or_credentials() {
+    let _panics = crate::support::panics::watched();
     let env = Env::new(Backend::memory()).await;
     let p =
         IdemProcess::spawn_with(&routes(&env, ""), &["--log-format", "json"], "info", &[]).await;

@@ -47,16 +47,19 @@ const DEFAULT_SHRINK_ITERS: u32 = 200;
 
 #[test]
 fn memory_agrees_with_the_model() {
+    let _panics = crate::support::panics::watched();
     agrees_with_the_model("memory", Backend::memory);
 }
 
 #[test]
 fn redis_agrees_with_the_model() {
+    let _panics = crate::support::panics::watched();
     agrees_with_the_model("redis", Backend::redis);
 }
 
 #[test]
 fn postgres_agrees_with_the_model() {
+    let _panics = crate::support::panics::watched();
     agrees_with_the_model("postgres", Backend::postgres);
 }
 

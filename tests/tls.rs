@@ -63,6 +63,7 @@ async fn https_upstream(pki: &Pki) -> (u16, Arc<AtomicU64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_upstream_and_rediss_store() {
+    let _panics = crate::support::panics::watched();
     let pki = pki();
     let (upstream_port, executions) = https_upstream(&pki).await;
     let redis = RedisServer::start_with_tls(Some(&pki.files()), &[]);
@@ -91,6 +92,7 @@ async fn https_upstream_and_rediss_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_upstream_certificate_is_refused() {
+    let _panics = crate::support::panics::watched();
     let pki = pki();
     let (upstream_port, executions) = https_upstream(&pki).await;
     let yaml = format!(
@@ -123,6 +125,7 @@ fn rediss_yaml(port: u16, password_env: &str, ca_file: &std::path::Path) -> Stri
 /// whose password comes from `${ENV}`: ready, and the password is in no output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_with_ca_file_and_acl_user_from_env() {
+    let _panics = crate::support::panics::watched();
     let pki = pki();
     let redis = acl_server(&pki);
     let yaml = rediss_yaml(redis.port(), "REDIS_PASSWORD", &pki.ca_file());
@@ -142,6 +145,7 @@ async fn rediss_with_ca_file_and_acl_user_from_env() {
 /// A CA file that does not hold the server's CA: refused, with a clear reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_with_the_wrong_ca_is_refused() {
+    let _panics = crate::support::panics::watched();
     let (pki, other) = (pki(), pki());
     let redis = acl_server(&pki);
     let yaml = rediss_yaml(redis.port(), "REDIS_PASSWORD", &other.ca_file());
@@ -151,6 +155,7 @@ async fn rediss_with_the_wrong_ca_is_refused() {
 /// A wrong password: refused, the logs say why, and do not echo it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user_with_a_wrong_password_is_refused_clearly() {
+    let _panics = crate::support::panics::watched();
     let pki = pki();
     let redis = acl_server(&pki);
     let yaml = rediss_yaml(redis.port(), "REDIS_PASSWORD", &pki.ca_file());
@@ -162,6 +167,7 @@ async fn acl_user_with_a_wrong_password_is_refused_clearly() {
 /// `verify-full` against another CA refuses the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_over_tls_per_sslmode() {
+    let _panics = crate::support::panics::watched();
     use idem::store::{PostgresStore, Store};
     use support::postgres::PgServer;
     use support::store::{in_progress, key, postgres_config};

@@ -94,6 +94,7 @@ fn metric(text: &str, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_unknown_outcomes_and_on_request_those_in_flight() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let metrics = get(&idem, "/metrics").await.text();
     assert_eq!(
@@ -186,6 +187,7 @@ async fn lists_unknown_outcomes_and_on_request_those_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_as_completed_every_repeat_gets_that_response() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let charge = url(&idem, "/invoices/inv_9/charge");
     let first = post(&charge, &[("x-mock-delay-ms", "5000")], "{}").await;
@@ -247,6 +249,7 @@ async fn resolved_as_completed_every_repeat_gets_that_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_as_not_executed_the_record_waits_for_its_repeat() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let store = env.backend.instance().await;
     let before = unknown_now(&store, "refund", "acme", "refund:r2").await;
@@ -303,6 +306,7 @@ async fn resolved_as_not_executed_the_record_waits_for_its_repeat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_as_not_executed_the_next_repeat_is_sent_once_with_the_same_key() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let charge = url(&idem, "/invoices/inv_n/charge");
     let first = post(&charge, &[("x-mock-delay-ms", "5000")], "{}").await;
@@ -350,6 +354,7 @@ async fn resolved_as_not_executed_the_next_repeat_is_sent_once_with_the_same_key
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_unknown_outcome_is_resolved_and_only_once() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let store = env.backend.instance().await;
     let completed = json!({"outcome": "completed", "status": 200});
@@ -439,6 +444,7 @@ async fn only_an_unknown_outcome_is_resolved_and_only_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_resolutions_are_refused_with_a_reason() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let store = env.backend.instance().await;
     unknown_now(&store, "charge", "", "charge:bad").await;
@@ -511,6 +517,7 @@ async fn bad_resolutions_are_refused_with_a_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_guards_the_api_but_not_the_page() {
+    let _panics = crate::support::panics::watched();
     let (_env, idem) = env().await;
     assert_eq!(
         send("GET", &admin_url(&idem, "/v1/unknown"), &[], "")
@@ -543,6 +550,7 @@ async fn the_token_guards_the_api_but_not_the_page() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_lists_and_resolves() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let store = env.backend.instance().await;
     unknown_now(&store, "charge", "", "charge:cli1").await;
@@ -623,6 +631,7 @@ async fn cli_lists_and_resolves() {
 /// operator's terminal (an ESC there recolours, hides or rewrites what is shown).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_output_shows_control_characters_escaped() {
+    let _panics = crate::support::panics::watched();
     let (env, idem) = env().await;
     let store = env.backend.instance().await;
     let (scope, key) = ("acme\u{1b}[2J", "refund:\u{1b}]0;pwned\u{7}\u{9b}31m");

@@ -19,36 +19,11 @@ const LONG_LEASE: Duration = Duration::from_secs(30);
 /// A lease that has ended by the time the test lists.
 const SHORT_LEASE: Duration = Duration::from_millis(30);
 
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::memory()).await })*
-        }
-        mod redis {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::redis()).await })*
-        }
-        mod redis_cluster {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::redis_cluster()).await })*
-        }
-        mod redis_sentinel {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::redis_sentinel()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::postgres()).await })*
-        }
-    };
-}
-
-contract!(
+store_cases!([memory, redis, redis_cluster, redis_sentinel, postgres] [
     lists_unknown_and_in_flight_never_completed,
     limit_keeps_the_leases_that_ended_first,
     finds_every_record_among_many_completed_ones,
-);
+]);
 
 fn record(key: &str, lease: Duration) -> (StoreKey, Record) {
     let r = Record::in_progress("charge", "acme", key, [1; 32], [2; 32], lease);
@@ -164,6 +139,7 @@ async fn finds_every_record_among_many_completed_ones(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_skips_other_names_under_the_prefix() {
+    let _panics = support::panics::watched();
     let backend = Backend::redis();
     let store = backend.instance().await;
     let (key, r) = record("mine", LONG_LEASE);

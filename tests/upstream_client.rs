@@ -136,6 +136,7 @@ async fn body_text(client: &UpstreamClient, body: &'static str) -> String {
 
 #[tokio::test]
 async fn sequential_requests_share_one_keep_alive_connection() {
+    let _panics = crate::support::panics::watched();
     sequential(Script::KeepAlive("hello"), "hello", 20, (1, 1)).await;
 }
 
@@ -153,6 +154,7 @@ async fn sequential(script: Script, body: &str, n: usize, expected: (usize, usiz
 
 #[tokio::test]
 async fn concurrent_requests_open_connections_and_pool_them() {
+    let _panics = crate::support::panics::watched();
     let up = upstream(Script::KeepAlive("hi")).await;
     let client = client(up.addr);
     let calls = (0..8).map(|_| {
@@ -174,6 +176,7 @@ async fn concurrent_requests_open_connections_and_pool_them() {
 
 #[tokio::test]
 async fn a_connection_the_upstream_closed_while_idle_is_not_used_again() {
+    let _panics = crate::support::panics::watched();
     let up = upstream(Script::AnswerThenClose).await;
     let client = client(up.addr);
     for n in 1..=5 {
@@ -186,11 +189,13 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_used_again() {
 
 #[tokio::test]
 async fn connection_close_responses_are_not_pooled() {
+    let _panics = crate::support::panics::watched();
     sequential(Script::ConnectionClose, "ok", 3, (3, 0)).await;
 }
 
 #[tokio::test]
 async fn a_body_dropped_half_read_closes_its_connection() {
+    let _panics = crate::support::panics::watched();
     let big: &'static str = Box::leak("x".repeat(1 << 20).into_boxed_str());
     let up = upstream(Script::KeepAlive(big)).await;
     let client = client(up.addr);
@@ -211,6 +216,7 @@ async fn a_body_dropped_half_read_closes_its_connection() {
 
 #[tokio::test]
 async fn empty_bodies_return_their_connection_unread() {
+    let _panics = crate::support::panics::watched();
     let up = upstream(Script::NoContent).await;
     let client = client(up.addr);
     for _ in 0..5 {
@@ -223,6 +229,7 @@ async fn empty_bodies_return_their_connection_unread() {
 
 #[tokio::test]
 async fn refused_is_a_connect_error_and_no_answer_is_not() {
+    let _panics = crate::support::panics::watched();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);

@@ -14,6 +14,7 @@ fn bounded(max: usize) -> Store {
 
 #[tokio::test]
 async fn full_store_evicts_the_soonest_expiring_completed_record() {
+    let _panics = crate::support::panics::watched();
     let store = bounded(3);
     let mut records = Vec::new();
     for n in 1..=3 {
@@ -53,6 +54,7 @@ async fn full_store_evicts_the_soonest_expiring_completed_record() {
 
 #[tokio::test]
 async fn full_of_in_progress_records_refuses_new_keys_but_not_losers() {
+    let _panics = crate::support::panics::watched();
     let store = bounded(2);
     let first = in_progress(LEASE);
     store.reserve(&key(1), &first, LEASE).await.unwrap();
@@ -76,6 +78,7 @@ async fn full_of_in_progress_records_refuses_new_keys_but_not_losers() {
 
 #[tokio::test]
 async fn expired_records_free_capacity_before_the_purge() {
+    let _panics = crate::support::panics::watched();
     let store = bounded(1);
     let lease = Duration::from_millis(100);
     store

@@ -27,6 +27,7 @@ async fn store(server: &PgServer) -> Store {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_rows_an_operator_can_query() {
+    let _panics = crate::support::panics::watched();
     let server = PgServer::start();
     let store = store(&server).await;
     let mine = in_progress(LEASE);
@@ -54,6 +55,7 @@ async fn records_are_rows_an_operator_can_query() {
 /// LOCKED`) skips, so the row is provably still there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_rows_are_never_replayed_even_before_deletion() {
+    let _panics = crate::support::panics::watched();
     let server = PgServer::start();
     let store = store(&server).await;
     let mine = in_progress(LEASE);
@@ -97,6 +99,7 @@ async fn expired_rows_are_never_replayed_even_before_deletion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_rows_are_purged_in_the_background() {
+    let _panics = crate::support::panics::watched();
     let server = PgServer::start();
     let store = store(&server).await;
     let live = in_progress(LEASE);
@@ -119,6 +122,7 @@ async fn expired_rows_are_purged_in_the_background() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_table_is_created_again() {
+    let _panics = crate::support::panics::watched();
     let server = PgServer::start();
     let store = store(&server).await;
     server.psql("DROP TABLE idem_records");
@@ -136,6 +140,7 @@ async fn a_dropped_table_is_created_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
+    let _panics = crate::support::panics::watched();
     let mut server = PgServer::start();
     let (a, b) = (
         listening(&server.url()).await,
@@ -178,6 +183,7 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_database_times_out_then_recovers() {
+    let _panics = crate::support::panics::watched();
     let server = PgServer::start();
     let store = store(&server).await;
     store
@@ -196,6 +202,7 @@ async fn frozen_database_times_out_then_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_while_the_database_is_down() {
+    let _panics = crate::support::panics::watched();
     let mut server = PgServer::start();
     server.kill();
     let store = Store::Postgres(
@@ -215,6 +222,7 @@ async fn starts_while_the_database_is_down() {
 /// does nothing for another backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idem_migrate_creates_the_table() {
+    let _panics = crate::support::panics::watched();
     let server = PgServer::start();
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, store: &str| {

@@ -17,6 +17,7 @@ const RECOVERY: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_prefixed_hex_with_the_lease_as_ttl() {
+    let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
     let store = subscribed(&server.url()).await;
     let mine = in_progress(LEASE);
@@ -44,6 +45,7 @@ async fn keys_are_prefixed_hex_with_the_lease_as_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
+    let _panics = crate::support::panics::watched();
     let mut server = RedisServer::start();
     let (a, b) = (
         subscribed(&server.url()).await,
@@ -86,6 +88,7 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_while_redis_is_down_and_connects_later() {
+    let _panics = crate::support::panics::watched();
     let mut server = RedisServer::start();
     server.stop();
     let start = Instant::now();
@@ -108,6 +111,7 @@ async fn starts_while_redis_is_down_and_connects_later() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_redis_times_out_then_recovers() {
+    let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
     let store = Store::Redis(subscribed(&server.url()).await);
     store.ping().await.unwrap();
@@ -133,6 +137,7 @@ async fn paused_redis_times_out_then_recovers() {
 /// a retry for the whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_replicas_without_enough_replicas_is_a_store_error() {
+    let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
     let mut cfg = redis_config(&server.url());
     cfg.wait_replicas = 1;
@@ -155,6 +160,7 @@ async fn wait_replicas_without_enough_replicas_is_a_store_error() {
 /// with the replica frozen, both are store errors (a failover now could lose them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
+    let _panics = crate::support::panics::watched();
     let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let port = master.port().to_string();
     let replica = RedisServer::start_with(&[
@@ -226,6 +232,7 @@ async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
 /// replica frozen, a reservation there is a store error while other shards still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_wait_goes_to_the_keys_own_node() {
+    let _panics = crate::support::panics::watched();
     use super::support::redis_cluster::{slot, RedisCluster};
     use super::support::store::cluster_config;
     let cluster = RedisCluster::start(3, 1);
@@ -271,6 +278,7 @@ async fn cluster_wait_goes_to_the_keys_own_node() {
 /// record: that is a win, not a duplicate in progress.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_reservation_recognises_its_own_token() {
+    let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
     let store = Store::Redis(subscribed(&server.url()).await);
     let mine = in_progress(LEASE);
@@ -291,6 +299,7 @@ async fn a_retried_reservation_recognises_its_own_token() {
 /// runs over RESP3 (`?protocol=resp3`), where pub/sub messages arrive as pushes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
+    let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
     let rules = super::support::redis_acl::documented_rules("standalone");
     let mut setuser = vec!["ACL", "SETUSER", "idem", "on", ">s3cret"];
@@ -322,6 +331,7 @@ async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
 /// waiter on another instance is still woken (its shard subscription moved along).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_resharding_moves_a_live_key_and_its_wake_ups() {
+    let _panics = crate::support::panics::watched();
     use super::support::redis_cluster::{slot, RedisCluster};
     use super::support::store::{cluster_config, subscribed_with};
     let cluster = RedisCluster::start(3, 0);

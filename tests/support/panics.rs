@@ -3,11 +3,22 @@
 //!
 //! In-process: a process-wide panic recorder. Tokio catches a panicking task, and idem's
 //! data plane runs on threads of its own (`idem-worker-N`), so a panic inside idem would
-//! otherwise show only as a dropped connection. `harness::start` installs the hook and
-//! the in-process idem checks it when dropped ([`assert_none`]). Panics raised by the
-//! test code itself (`tests/…`: failed assertions, the self-test) are the test's own
-//! failures and are not counted; a panic in idem from another test of the same binary
-//! is (the message names its thread and place).
+//! otherwise show only as a dropped connection, a closed channel or a store that stopped
+//! listening. Wherever idem code runs in-process the recorder is on and checked
+//! ([`assert_none`]) before the test ends:
+//! - `harness::start*` install it and the in-process idem ([`harness::Idem`]) checks it
+//!   when dropped;
+//! - a test that runs idem's stores, clients or tasks itself (`store_cases!`, the store
+//!   model, the upstream client, the load generator, the demo…) holds a [`Watch`] from
+//!   [`watched`] for its whole body.
+//!
+//! Panics raised by the test code itself (`tests/…`: failed assertions, the self-test)
+//! are the test's own failures and are not counted; a panic in idem from another test of
+//! the same binary is (the message names its thread and place). `tests/panic_watch.rs`
+//! shows both halves: a panic in a task spawned by `src/` fails the test, one in `tests/`
+//! is left to the test.
+//!
+//! [`harness::Idem`]: super::harness::Idem
 //!
 //! Child processes: the default hook writes `thread '…' panicked at …` to stderr;
 //! [`assert_no_panic_in_log`] fails on it when the process is stopped.
@@ -68,6 +79,26 @@ pub fn watch() {
             default(info);
         }));
     });
+}
+
+/// Fails the test, when dropped, if idem panicked on any thread while it was held (or
+/// earlier in this process). Hold it for the whole test: `let _panics = watched();`.
+#[must_use = "the check runs when the Watch is dropped: bind it for the test's body"]
+pub struct Watch(());
+
+/// Installs the hook and returns the [`Watch`] that checks it at the end of the test.
+pub fn watched() -> Watch {
+    watch();
+    Watch(())
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // A test already failing keeps its own message; a second panic would abort.
+        if !std::thread::panicking() {
+            assert_none();
+        }
+    }
 }
 
 /// Every panic recorded so far, the test code's included.

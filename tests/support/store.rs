@@ -40,7 +40,8 @@ pub enum Backend {
 /// ```
 ///
 /// Stores: `memory`, `redis`, `redis_cluster`, `redis_sentinel`, `postgres`; the stores
-/// several idem processes can share are all but `memory`.
+/// several idem processes can share are all but `memory`. Each case runs under the panic
+/// watch: a panic in a store's own tasks fails it.
 #[macro_export]
 macro_rules! store_cases {
     ([$($store:ident),* $(,)?] $cases:tt) => {
@@ -51,6 +52,7 @@ macro_rules! store_cases {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
+                    let _panics = $crate::support::panics::watched();
                     super::$case($crate::support::store::Backend::$store()).await
                 }
             )*
