@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use support::faulty::{Fault, FaultyProxy};
 use support::harness::{self, admin_url, send, try_send};
+use support::poll::eventually;
 use support::redis::RedisServer;
 use support::upstream::MockUpstream;
 
@@ -42,6 +43,13 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// The faults, each injected once per round of four.
+const FAULT_KINDS: [&str; 4] = ["pause", "hold", "delay", "reset"];
+/// At least two rounds of faults, so every kind happens at least twice.
+const MIN_FAULTS: usize = 2 * FAULT_KINDS.len();
+/// Intents answered at least (several per caller pair, whatever the machine's load).
+const MIN_INTENTS: usize = 30;
 
 fn soak() -> bool {
     std::env::var("IDEM_SOAK").is_ok_and(|v| v == "1")
@@ -129,48 +137,14 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     let run_start = Instant::now();
     let fault_log: Arc<Mutex<Vec<String>>> = Arc::default();
     let stop = stop_flag.clone();
-    let faults_injected = Arc::new(AtomicU64::new(0));
-    let chaos = {
-        let (link, redis, stop, injected) = (
-            link.clone(),
-            redis.clone(),
-            stop.clone(),
-            faults_injected.clone(),
-        );
-        let fault_log = fault_log.clone();
-        tokio::spawn(async move {
-            let mut rng = Rng(seed);
-            while !stop.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
-                let hold = Duration::from_millis(200 + rng.below(700));
-                injected.fetch_add(1, Ordering::SeqCst);
-                let kind = rng.below(4);
-                let name = ["pause", "hold", "delay", "reset"][kind as usize];
-                fault_log.lock().unwrap().push(format!(
-                    "@{}ms {name} {hold:?}",
-                    run_start.elapsed().as_millis()
-                ));
-                match kind {
-                    0 => {
-                        redis.pause();
-                        tokio::time::sleep(hold).await;
-                        redis.resume();
-                    }
-                    1 => {
-                        link.set(Fault::Hold);
-                        tokio::time::sleep(hold).await;
-                        link.set(Fault::Pass);
-                    }
-                    2 => {
-                        link.set(Fault::Delay(Duration::from_millis(400)));
-                        tokio::time::sleep(hold).await;
-                        link.set(Fault::Pass);
-                    }
-                    _ => link.reset_open().await,
-                }
-            }
-        })
-    };
+    let chaos = tokio::spawn(inject_faults(
+        Rng(seed),
+        link.clone(),
+        redis.clone(),
+        stop.clone(),
+        fault_log.clone(),
+        run_start,
+    ));
 
     // Callers: each intent is sent by two concurrent callers, each retrying (on 503,
     // 409 or a transport error) until it has a 201, for at most 20 s.
@@ -257,10 +231,22 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
             n
         }));
     }
-    tokio::time::sleep(run_for).await;
+    // The run lasts `run_for`, and until enough faults were injected and enough intents
+    // answered: a machine too loaded to get there fails here, by name, instead of
+    // passing as a load test without faults.
+    eventually(
+        run_for + Duration::from_secs(60),
+        &format!("{MIN_FAULTS} faults injected and {MIN_INTENTS} intents answered"),
+        async || {
+            run_start.elapsed() >= run_for
+                && fault_log.lock().unwrap().len() >= MIN_FAULTS
+                && tally.answers.lock().unwrap().len() >= MIN_INTENTS
+        },
+    )
+    .await;
     stop.store(true, Ordering::SeqCst);
-    let _ = chaos.await;
-    let _ = stall_watch.await;
+    let injected = chaos.await.expect("the fault injector ran to its end");
+    stall_watch.await.expect("the stall watch ran to its end");
     let max_stall = *max_stall.lock().unwrap();
     link.set(Fault::Pass);
     redis.resume();
@@ -300,7 +286,7 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
     println!(
         "MEASURED chaos over {elapsed:?}: {} faults, {intents} intents x 2 callers, {} executions; \
          duplicates executed {}, requests lost {}; refusals 503={} 409={}; other={}; slowest intent {:?}; longest stall of this process {max_stall:?}; {stale:?}",
-        faults_injected.load(Ordering::SeqCst),
+        injected.values().sum::<usize>(),
         upstream.total_executions(),
         duplicates.len(),
         lost.len(),
@@ -319,4 +305,73 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
         answers.len() as u64 >= intents.saturating_sub(workers as u64),
         "intents counted"
     );
+    // The faults happened, each kind of them, and bit: some store calls were refused.
+    let schedule = fault_log.lock().unwrap().clone();
+    assert_eq!(
+        injected.values().sum::<usize>(),
+        schedule.len(),
+        "{schedule:#?}"
+    );
+    assert!(schedule.len() >= MIN_FAULTS, "{schedule:#?}");
+    for kind in FAULT_KINDS {
+        assert!(
+            injected[kind] >= MIN_FAULTS / FAULT_KINDS.len(),
+            "{kind}: {injected:?}"
+        );
+    }
+    assert!(
+        tally.refused_503.load(Ordering::Relaxed) > 0,
+        "no store call failed under {} faults: {schedule:#?}",
+        schedule.len()
+    );
+    assert!(answers.len() >= MIN_INTENTS, "{} intents", answers.len());
+}
+
+/// Injects faults until `stop`, each kind once per round of four in a random order,
+/// with random gaps and lengths; returns how many of each kind it injected.
+async fn inject_faults(
+    mut rng: Rng,
+    link: Arc<FaultyProxy>,
+    redis: Arc<RedisServer>,
+    stop: Arc<AtomicBool>,
+    fault_log: Arc<Mutex<Vec<String>>>,
+    run_start: Instant,
+) -> HashMap<&'static str, usize> {
+    let mut injected: HashMap<&'static str, usize> = FAULT_KINDS.iter().map(|k| (*k, 0)).collect();
+    let mut round = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        if round.is_empty() {
+            round = FAULT_KINDS.to_vec();
+            for i in (1..round.len()).rev() {
+                round.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
+        let hold = Duration::from_millis(200 + rng.below(700));
+        let kind = round.pop().unwrap();
+        *injected.get_mut(kind).unwrap() += 1;
+        fault_log.lock().unwrap().push(format!(
+            "@{}ms {kind} {hold:?}",
+            run_start.elapsed().as_millis()
+        ));
+        match kind {
+            "pause" => {
+                redis.pause();
+                tokio::time::sleep(hold).await;
+                redis.resume();
+            }
+            "hold" => {
+                link.set(Fault::Hold);
+                tokio::time::sleep(hold).await;
+                link.set(Fault::Pass);
+            }
+            "delay" => {
+                link.set(Fault::Delay(Duration::from_millis(400)));
+                tokio::time::sleep(hold).await;
+                link.set(Fault::Pass);
+            }
+            _ => link.reset_open().await,
+        }
+    }
+    injected
 }
