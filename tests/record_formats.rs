@@ -11,23 +11,109 @@
 //!   the store key only, no `seal_format`, the raw key and scope readable.
 //! - `sealed-v2-*`: `"seal_format":2`: the associated data binds the decision's fields,
 //!   the raw key and scope are sealed. Both open with the key `[6; 32]`, id `2026-06`.
+//! - `v2-*`: today's format: `sent_at_ms` always, `settled` once an unknown outcome was
+//!   settled (`reconciled`, `resolved`, `not_executed`).
+//!
+//! Every file of the folder is decoded (a fixture added is checked without a line
+//! here); today's formats (`v2-*`, `sealed-v2-*`) are also written back byte for byte by
+//! this build, which freezes their field names and order: a release that renames
+//! `settled` or `sealed` fails here before it strands the records in a store.
 
 mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use idem::store::record::decode;
-use idem::store::{RecordState, Token};
+use idem::store::record::{decode, encode};
+use idem::store::{RecordState, Settled, Token};
 use support::env::{Backend, Env};
 use support::harness::{post, IdemProcess};
 use support::poll::eventually;
 
+fn fixtures_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/records")
+}
+
 fn fixture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/records")
-        .join(name);
+    let path = fixtures_dir().join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The format a fixture's name says it is in; `None` for a name of no known format.
+fn format_of(name: &str) -> Option<&'static str> {
+    ["sealed-v1-", "sealed-v2-", "v1-", "v2-"]
+        .into_iter()
+        .find(|prefix| name.starts_with(prefix))
+}
+
+#[test]
+fn every_fixture_decodes_and_todays_format_is_written_back_as_it_is() {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    for format in ["v1-", "sealed-v1-", "sealed-v2-", "v2-"] {
+        assert!(
+            names.iter().any(|n| format_of(n) == Some(format)),
+            "no {format}* fixture in {names:?}"
+        );
+    }
+    for name in &names {
+        let format = format_of(name).unwrap_or_else(|| panic!("{name}: of no known format"));
+        let bytes = fixture(name);
+        let record = decode(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if format.ends_with("v2-") {
+            assert_eq!(
+                String::from_utf8_lossy(&encode(&record)),
+                String::from_utf8_lossy(&bytes),
+                "{name}: this build writes today's format otherwise"
+            );
+        }
+    }
+}
+
+/// The fields only today's format has, as they were first written.
+#[test]
+fn todays_settled_records_decode() {
+    let reconciled = decode(&fixture("v2-completed-reconciled.bin")).unwrap();
+    assert_eq!(
+        (reconciled.state, reconciled.settled, reconciled.sent_at_ms),
+        (
+            RecordState::Completed,
+            Some(Settled::Reconciled),
+            1_764_000_000_500
+        )
+    );
+    let stored = reconciled.response.as_ref().unwrap();
+    assert_eq!(
+        (stored.status, stored.body.as_deref()),
+        (200, Some(&b"{\"charge\":\"ch_2\",\"amount\":1200}\n"[..]))
+    );
+    assert_eq!(reconciled.trace.as_ref().unwrap().span_id, [0x33; 8]);
+
+    let resolved = decode(&fixture("v2-completed-resolved.bin")).unwrap();
+    assert_eq!(
+        (resolved.settled, resolved.attempt, resolved.sent_at_ms),
+        (Some(Settled::Resolved), 2, 1_764_000_005_000)
+    );
+
+    let not_executed = decode(&fixture("v2-not-executed.bin")).unwrap();
+    assert_eq!(
+        (not_executed.state, not_executed.settled),
+        (RecordState::InProgress, Some(Settled::NotExecuted))
+    );
+    assert!(not_executed.response.is_none());
+
+    let attempt = decode(&fixture("v2-in-progress-attempt-3.bin")).unwrap();
+    assert_eq!(
+        (attempt.attempt, attempt.settled, attempt.sent_at_ms),
+        (3, None, 1_764_000_009_000)
+    );
+
+    let sealed = decode(&fixture("sealed-v2-completed.bin")).unwrap();
+    let seal = sealed.sealed.as_ref().unwrap();
+    assert_eq!((seal.key_id.as_str(), seal.format), ("2026-06", 2));
 }
 
 #[test]
