@@ -16,6 +16,7 @@ use std::path::Path;
 use base64::Engine;
 use support::env::{Backend, Env};
 use support::harness::{metric_sum, post, send, IdemProcess};
+use support::raw_store;
 
 const COOKIE: &str = "session=c00k1e-S3CRET; HttpOnly";
 const MARKER: &str = "MARKER-card-holder-Ada-Lovelace";
@@ -45,29 +46,26 @@ fn config(env: &Env, keys: &[(&str, &str)], route_extra: &str) -> String {
     )
 }
 
-/// Every value the store holds, as text (lossy).
+/// Every value the shared store holds, keys included, as one text (lossy).
 fn raw_store(env: &Env) -> String {
-    match &env.backend {
-        Backend::Redis(server) => {
-            let mut c = ::redis::Client::open(server.url())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let keys: Vec<String> = ::redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
-            let mut out = String::new();
-            for key in keys {
-                let value: Option<Vec<u8>> =
-                    ::redis::cmd("GET").arg(&key).query(&mut c).unwrap_or(None);
-                out.push_str(&key);
-                out.push_str(&String::from_utf8_lossy(&value.unwrap_or_default()));
-            }
-            out
-        }
-        Backend::Postgres(server) => server.psql(
-            "SELECT string_agg(t::text || encode(t.record, 'escape'), E'\\n') FROM idem_records t",
-        ),
-        _ => panic!("a shared store"),
-    }
+    let entries = raw_store::dump(&env.backend).expect("a shared store");
+    let lines: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{} {}", e.key, e.value))
+        .collect();
+    lines.join("\n")
+}
+
+/// The store's own entry for intent `id`, read past idem; fails if it is not there.
+/// `None` for the memory store, inside the idem process.
+fn stored_record(backend: &Backend, id: &str) -> Option<String> {
+    let entries = raw_store::dump(backend)?;
+    let store_key = idem::key::StoreKey::new("charge", "", &format!("charge:{id}"));
+    Some(
+        raw_store::entry(&entries, &store_key.to_string())
+            .value
+            .clone(),
+    )
 }
 
 async fn charge(p: &IdemProcess, id: &str) -> support::harness::Resp {
@@ -145,6 +143,9 @@ async fn sealed_at_rest_and_replayed_in_full(backend: Backend) {
     let p = IdemProcess::spawn(&config(&env, &[("2026-12", &key)], "")).await;
     let first = charge(&p, "s1").await;
     assert_eq!(first.status, 201);
+    // The record is there, sealed, before anything is said of what it does not show.
+    let record = stored_record(&env.backend, "s1").unwrap();
+    assert!(record.contains("\"sealed\":\"2026-12\""), "{record}");
     let raw = raw_store(&env);
     for secret in ["c00k1e-S3CRET", MARKER, "x-charge-id", "application/json"] {
         assert!(
@@ -337,8 +338,11 @@ fn a_new_key_from_the_cli_is_accepted_and_never_echoed() {
     );
 }
 
-/// Sealing is the proxy's, before any store: a sealed outcome replays on every backend,
-/// Cluster and Sentinel included, and a replica without the key answers 409.
+/// Sealing is the proxy's, before any store: on every backend, Cluster and Sentinel
+/// included, the outcome is stored sealed and replays in full; without the key it is
+/// unreadable, 409 `record_unreadable` and never a second execution: from another
+/// replica without the key (a shared store), or from this one reloaded without it (the
+/// memory store, which lives inside its idem).
 async fn sealed_replay_on_this_backend(backend: Backend) {
     let env = Env::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
@@ -346,10 +350,40 @@ async fn sealed_replay_on_this_backend(backend: Backend) {
     let p = IdemProcess::spawn(&config(&env, &[("k", &key)], "")).await;
     let first = charge(&p, "e1").await;
     assert_eq!(first.status, 201);
+    if let Some(record) = stored_record(&env.backend, "e1") {
+        assert!(record.contains("\"sealed\":\"k\""), "{record}");
+        assert!(!record.contains(MARKER), "{record}");
+    }
     let replay = charge(&p, "e1").await;
     assert!(replay.replayed(), "{} {}", replay.status, replay.text());
     assert_eq!(replay.body, first.body);
     assert_eq!(replay.header("set-cookie"), None);
+
+    let keyless = config(&env, &[], "");
+    let other_replica = match env.backend {
+        Backend::Memory(_) => {
+            reload(&p, &keyless, 2.0).await;
+            None
+        }
+        _ => Some(IdemProcess::spawn(&keyless).await),
+    };
+    let without_key = other_replica.as_ref().unwrap_or(&p);
+    let shown = send(
+        "GET",
+        &without_key.admin_url("/v1/keys/charge/charge:e1"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(shown.json()["sealed_with"], "k", "{}", shown.text());
+    let r = charge(without_key, "e1").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "record_unreadable"),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains(MARKER));
     assert_eq!(env.upstream.executions("charge:e1"), 1);
 }
 

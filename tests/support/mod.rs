@@ -10,6 +10,7 @@ pub mod otlp;
 pub mod panics;
 pub mod poll;
 pub mod postgres;
+pub mod raw_store;
 pub mod redis;
 pub mod redis_acl;
 pub mod redis_cluster;
