@@ -31,6 +31,11 @@ use super::target::Target;
 use crate::store::StoreError;
 
 const HEALTHY_INTERVAL: Duration = Duration::from_secs(1);
+/// Test-only: the healthy interval in milliseconds, instead of [`HEALTHY_INTERVAL`]. Not
+/// a setting (nothing documents it for operators): `tests/redis_scale_out.rs` sets it
+/// very long so that no tick can move idem to a new Sentinel master before the
+/// sentinels' announcement does, and a move is then the announcement's.
+const HEALTHY_INTERVAL_ENV: &str = "IDEM_TEST_REDIS_HEALTH_INTERVAL_MS";
 const FAILING_INTERVAL: Duration = Duration::from_millis(250);
 /// Consecutive failed health PINGs before the link is thrown away and rebuilt.
 const REPLACE_AFTER: u32 = 8;
@@ -230,6 +235,10 @@ pub(super) async fn health(
     suspect: Arc<Notify>,
     mut switches: Option<Switches>,
 ) {
+    let healthy_interval = std::env::var(HEALTHY_INTERVAL_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(HEALTHY_INTERVAL, Duration::from_millis);
     let mut failures = vec![0u32; conns.len()];
     let mut switched = None;
     loop {
@@ -258,7 +267,7 @@ pub(super) async fn health(
         let pause = if failing {
             FAILING_INTERVAL
         } else {
-            HEALTHY_INTERVAL
+            healthy_interval
         };
         switched = None;
         tokio::select! {
