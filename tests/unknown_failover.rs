@@ -11,13 +11,17 @@ mod support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
-use support::harness::{post, send, try_send, IdemProcess};
+use support::harness::{try_send_within, IdemProcess};
 use support::poll::eventually;
 use support::postgres::PgServer;
 use support::redis_sentinel::RedisSentinelSet;
 use support::upstream::MockUpstream;
 
 const INTENTS: usize = 5;
+/// Every request this test sends is answered within this, or the test fails: a hung
+/// idem must not hang it. (A repeat's longest path is a reconcile lookup to the mock
+/// upstream, which answers at once, behind a store `op_timeout` of at most 500 ms.)
+const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 fn yaml(upstream: &MockUpstream, store: &str) -> String {
     format!(
@@ -29,7 +33,7 @@ fn yaml(upstream: &MockUpstream, store: &str) -> String {
 async fn ready(p: &IdemProcess) {
     let url = p.admin_url("/readyz");
     eventually(Duration::from_secs(15), "idem ready", async || {
-        try_send("GET", &url, &[], "")
+        try_send_within(ANSWER_WITHIN, "GET", &url, &[], "")
             .await
             .is_ok_and(|r| r.status == 200)
     })
@@ -51,7 +55,11 @@ async fn unknown_outcomes(upstream: &MockUpstream, config: &str) -> Vec<IdemProc
     for i in 0..INTENTS {
         let u = owner.url(&format!("/invoices/fo{i}/charge"));
         tokio::spawn(
-            async move { try_send("POST", &u, &[("x-mock-delay-ms", "30000")], "{}").await },
+            // Held by the upstream until the owner is killed: never answered.
+            async move {
+                let held = [("x-mock-delay-ms", "30000")];
+                try_send_within(ANSWER_WITHIN, "POST", &u, &held, "{}").await
+            },
         );
     }
     eventually(
@@ -64,7 +72,10 @@ async fn unknown_outcomes(upstream: &MockUpstream, config: &str) -> Vec<IdemProc
     for i in 0..INTENTS {
         let url = others[0].admin_url(&format!("/v1/keys/charge/charge:fo{i}"));
         eventually(Duration::from_secs(10), "the lease ended", async || {
-            let record = send("GET", &url, &[], "").await.json();
+            let record = try_send_within(ANSWER_WITHIN, "GET", &url, &[], "")
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"))
+                .json();
             let ends = record["expires_at"]
                 .as_str()
                 .and_then(|t| humantime::parse_rfc3339(t).ok());
@@ -83,7 +94,10 @@ async fn settle_everywhere(replicas: &[IdemProcess], upstream: &MockUpstream) {
             let u = p.url(&format!("/invoices/fo{i}/charge"));
             async move {
                 let r = eventually(Duration::from_secs(30), "settled", async || {
-                    let r = try_send("POST", &u, &[], "{}").await.ok()?;
+                    // Refused while the store switches, but always answered.
+                    let r = try_send_within(ANSWER_WITHIN, "POST", &u, &[], "{}")
+                        .await
+                        .unwrap_or_else(|e| panic!("{u}: {e}"));
                     let transient = matches!(r.status, 503) || r.code() == "request_in_progress";
                     assert!(
                         transient || r.replayed(),
@@ -168,6 +182,7 @@ async fn postgres_standby_promoted_forgets_no_unknown_outcome() {
     primary.kill();
     standby.psql("SELECT pg_promote()");
     settle_everywhere(&replicas, &upstream).await;
-    let r = post(&replicas[0].url("/invoices/fo0/charge"), &[], "{}").await;
-    assert!(r.replayed());
+    let u = replicas[0].url("/invoices/fo0/charge");
+    let r = try_send_within(ANSWER_WITHIN, "POST", &u, &[], "{}").await;
+    assert!(r.as_ref().is_ok_and(|r| r.replayed()), "{r:?}");
 }
