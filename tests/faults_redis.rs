@@ -22,6 +22,8 @@ use support::upstream::MockUpstream;
 const OP_TIMEOUT: Duration = Duration::from_millis(250);
 /// The bound we promise for recovery after Redis is back (the issue says "a few seconds").
 const RECOVERY_BOUND: Duration = Duration::from_secs(5);
+/// The lease under `on_error: reject`: twelve times `RECOVERY_BOUND`.
+const ORPHAN_LEASE: &str = "60s";
 
 struct Rig {
     upstream: MockUpstream,
@@ -139,14 +141,10 @@ impl Outage {
 /// What one outage measured.
 #[derive(Debug)]
 struct Measured {
-    /// Slowest 503 during the outage.
-    slowest_refusal: Duration,
     /// From the end of the outage until `/readyz` answers 200.
     ready_after: Duration,
     /// From the end of the outage until a new protected request is forwarded again.
     serving_after: Duration,
-    /// From the end of the outage until a key refused during it is forwarded on retry.
-    refused_key_usable_after: Duration,
 }
 
 /// `on_error: reject`: during the outage every protected request is refused with 503
@@ -154,7 +152,10 @@ struct Measured {
 /// unready; afterwards idem recovers by itself, and a key refused during the outage is
 /// usable at once (not left reserved).
 async fn reject_during(outage: Outage, extra: Duration) -> Measured {
-    let mut rig = Rig::new("reject", "10s").await;
+    // A lease far longer than any recovery: a reservation left behind by the outage
+    // would refuse its key for all of it, so a key usable within `RECOVERY_BOUND` was
+    // released by idem (an order of events, not a timing).
+    let mut rig = Rig::new("reject", ORPHAN_LEASE).await;
     let first = rig.post("before", &[]).await;
     assert_eq!(first.status, 201, "{}", first.text());
 
@@ -210,7 +211,8 @@ async fn reject_during(outage: Outage, extra: Duration) -> Measured {
 
     // A key refused during the outage was not executed; a retry forwards it within a
     // moment of recovery. (A reservation whose SET timed out may land when Redis answers
-    // again; idem deletes that orphan instead of answering 409 for a whole lease.)
+    // again; idem deletes that orphan instead of answering 409 for the whole lease, which
+    // is longer than this wait.)
     let retried = eventually(RECOVERY_BOUND, "the refused key usable", async || {
         let r = rig.post("during_1", &[]).await;
         (r.status != 409).then_some(r)
@@ -234,12 +236,15 @@ async fn reject_during(outage: Outage, extra: Duration) -> Measured {
         }
     }
     let measured = Measured {
-        slowest_refusal,
         ready_after,
         serving_after,
-        refused_key_usable_after,
     };
-    println!("MEASURED reject/{outage:?} (+{extra:?}): {measured:?}");
+    // Printed, never asserted against a time: each refusal is bounded by `bounded` (a
+    // liveness deadline), and the refused key's use before `ORPHAN_LEASE` is the promise.
+    println!(
+        "MEASURED reject/{outage:?} (+{extra:?}): {measured:?}, slowest refusal \
+         {slowest_refusal:?}, refused key usable after {refused_key_usable_after:?}"
+    );
     measured
 }
 
@@ -298,10 +303,8 @@ macro_rules! outage_tests {
                 async fn $name() {
                     let extra = std::time::Duration::from_millis($extra_ms);
                     let m = super::reject_during($outage, extra).await;
-                    assert!(m.slowest_refusal < super::OP_TIMEOUT * 4, "{m:?}");
                     assert!(m.ready_after < super::RECOVERY_BOUND, "{m:?}");
                     assert!(m.serving_after < super::RECOVERY_BOUND, "{m:?}");
-                    assert!(m.refused_key_usable_after < std::time::Duration::from_secs(2), "{m:?}");
                 }
             )*
         }
