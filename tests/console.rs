@@ -153,7 +153,11 @@ async fn cancelling_the_confirmation_sends_nothing() {
     let metrics = send("GET", &idem.admin_url("/metrics"), &[], "")
         .await
         .text();
-    assert!(metrics.contains(r#"idem_resolutions_total{route="charge",outcome="completed"} 0"#));
+    // The scenario chose "not executed" before cancelling: neither outcome was counted.
+    for outcome in ["not_executed", "completed"] {
+        let none = format!(r#"idem_resolutions_total{{route="charge",outcome="{outcome}"}} 0"#);
+        assert!(metrics.contains(&none), "{none}:\n{metrics}");
+    }
 }
 
 /// "Mark all N of this route as not executed…": counted by a dry run, confirmed once;
