@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::harness::{self, post, url, Idem};
-use support::harness::{admin_url, metric_sum, send};
 use support::mcp::{call, outcome, python_client, typescript_client, McpServer};
+use support::otlp::OtlpReceiver;
 use support::poll::eventually;
 use support::redis::RedisServer;
 
@@ -212,17 +212,26 @@ async fn tools_list_marks_protected_tools_only_in_both_eras() {
 
 /// (f) Concurrent duplicates from several clients of both SDKs and both eras, through
 /// two idem replicas sharing Redis (`on_concurrent: wait`): one execution, one result.
-/// Concurrent for certain: the first call is held at the server (a gate) until every
-/// duplicate has reached idem and tried to reserve the key.
+/// Concurrent for certain: the first call is held at the server (a gate) until each of
+/// the five duplicates has reached idem and tried to reserve the key. Counted one by
+/// one, with tracing on: each reservation is a span of its own, exported as soon as it
+/// ends, whose parent is its request's span; distinct parents are distinct requests (a
+/// waiter reserving again after each nap, or a duplicate answered "in progress" by its
+/// replica's own map without a Redis round trip, has the same one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_duplicates_across_two_replicas_run_once() {
     let server = McpServer::start("sse");
     let redis = RedisServer::start();
-    let store = redis_store(&redis);
+    let otlp = OtlpReceiver::start().await;
+    let traced = format!(
+        "{}telemetry:\n  otlp_endpoint: {}\n  sample_ratio: 1.0\n",
+        redis_store(&redis),
+        otlp.url()
+    );
     let wait = "    on_concurrent: wait\n    wait_timeout: 20s\n";
     let replicas = [
-        idem(&server, &store, wait).await,
-        idem(&server, &store, wait).await,
+        idem(&server, &traced, wait).await,
+        idem(&server, &traced, wait).await,
     ];
     let (a, b) = (url(&replicas[0], "/mcp"), url(&replicas[1], "/mcp"));
     let gate = server.gate();
@@ -242,22 +251,12 @@ async fn concurrent_duplicates_across_two_replicas_run_once() {
         python_client("modern", &a, &[&slow]),
     ];
     runs.extend(duplicates.into_iter().map(|c| tokio::spawn(outcome(c))));
-    // Every `tools/call` reserves on arrival (and a waiting one again after each nap of
-    // at most 1 s): six reservations or more across the two replicas while the gate
-    // holds the first call. Exactly six was asked for before, and under load a waiter's
-    // second look came before the last duplicate's first, so the count went past six.
-    eventually(
+    let requests = eventually(
         Duration::from_secs(60),
-        "all six calls at idem while the first runs",
+        "the first and five distinct duplicates reserved while the first runs",
         async || {
-            let mut reserves = 0.0;
-            for idem in &replicas {
-                let text = send("GET", &admin_url(idem, "/metrics"), &[], "")
-                    .await
-                    .text();
-                reserves += metric_sum(&text, "idem_store_duration_seconds_count{op=\"reserve\"}");
-            }
-            reserves >= 6.0
+            let reserving = requests_that_reserved(&otlp);
+            (reserving.len() >= 6).then_some(reserving)
         },
     )
     .await;
@@ -276,6 +275,31 @@ async fn concurrent_duplicates_across_two_replicas_run_once() {
     }
     assert!(texts.iter().all(|t| *t == texts[0]), "{texts:?}");
     assert_eq!(server.executions("charge_customer"), 1);
+    // The six that reserved are the six calls: the one executed, five replayed.
+    assert_eq!(requests_that_reserved(&otlp), requests);
+    let replayed = eventually(Duration::from_secs(30), "their spans", async || {
+        let spans = otlp.spans();
+        let of = |id: &String| spans.iter().find(|s| s.span_id == *id).cloned();
+        let calls: Option<Vec<_>> = requests.iter().map(of).collect();
+        calls.map(|calls| {
+            calls
+                .iter()
+                .map(|c| c.attr("idem.replayed") == Some("true"))
+                .collect::<Vec<_>>()
+        })
+    })
+    .await;
+    assert_eq!(replayed.iter().filter(|r| **r).count(), 5, "{replayed:?}");
+}
+
+/// The requests (their span ids) that asked the store for a reservation, as far as
+/// their spans were exported yet.
+fn requests_that_reserved(otlp: &OtlpReceiver) -> std::collections::BTreeSet<String> {
+    otlp.spans()
+        .into_iter()
+        .filter(|s| s.name == "idem.store reserve")
+        .map(|s| s.parent_span_id)
+        .collect()
 }
 
 /// (g) With `on_concurrent: conflict`, a duplicate from another replica while the first
