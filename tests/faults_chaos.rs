@@ -15,6 +15,8 @@
 //! stall it observed. (A 180 s soak found the completion-retry bug fixed in
 //! `src/proxy/lease.rs`: one double execution in 4924 intents.)
 
+#[path = "faults_chaos/faults.rs"]
+mod faults;
 mod support;
 
 use std::collections::HashMap;
@@ -22,30 +24,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use faults::{inject_faults, Rng, FAULT_KINDS};
 use support::faulty::{Fault, FaultyProxy};
 use support::harness::{self, admin_url, send, try_send};
 use support::poll::eventually;
 use support::redis::RedisServer;
 use support::upstream::MockUpstream;
 
-/// A tiny deterministic PRNG (xorshift), seeded per run and printed, so a failing run
-/// can be replayed with `IDEM_CHAOS_SEED`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// The faults, each injected once per round of four.
-const FAULT_KINDS: [&str; 4] = ["pause", "hold", "delay", "reset"];
 /// At least two rounds of faults, so every kind happens at least twice.
 const MIN_FAULTS: usize = 2 * FAULT_KINDS.len();
 /// Intents answered at least (several per caller pair, whatever the machine's load).
@@ -325,53 +310,4 @@ async fn random_redis_faults_never_execute_twice_or_lose_a_request() {
         schedule.len()
     );
     assert!(answers.len() >= MIN_INTENTS, "{} intents", answers.len());
-}
-
-/// Injects faults until `stop`, each kind once per round of four in a random order,
-/// with random gaps and lengths; returns how many of each kind it injected.
-async fn inject_faults(
-    mut rng: Rng,
-    link: Arc<FaultyProxy>,
-    redis: Arc<RedisServer>,
-    stop: Arc<AtomicBool>,
-    fault_log: Arc<Mutex<Vec<String>>>,
-    run_start: Instant,
-) -> HashMap<&'static str, usize> {
-    let mut injected: HashMap<&'static str, usize> = FAULT_KINDS.iter().map(|k| (*k, 0)).collect();
-    let mut round = Vec::new();
-    while !stop.load(Ordering::SeqCst) {
-        if round.is_empty() {
-            round = FAULT_KINDS.to_vec();
-            for i in (1..round.len()).rev() {
-                round.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
-        let hold = Duration::from_millis(200 + rng.below(700));
-        let kind = round.pop().unwrap();
-        *injected.get_mut(kind).unwrap() += 1;
-        fault_log.lock().unwrap().push(format!(
-            "@{}ms {kind} {hold:?}",
-            run_start.elapsed().as_millis()
-        ));
-        match kind {
-            "pause" => {
-                redis.pause();
-                tokio::time::sleep(hold).await;
-                redis.resume();
-            }
-            "hold" => {
-                link.set(Fault::Hold);
-                tokio::time::sleep(hold).await;
-                link.set(Fault::Pass);
-            }
-            "delay" => {
-                link.set(Fault::Delay(Duration::from_millis(400)));
-                tokio::time::sleep(hold).await;
-                link.set(Fault::Pass);
-            }
-            _ => link.reset_open().await,
-        }
-    }
-    injected
 }
