@@ -93,9 +93,15 @@ async fn frozen_owner_cannot_overwrite_its_successor(backend: Backend) {
 /// deadline: the record itself outlives its lease), and the instant it was asked for.
 fn lease_left(redis: &RedisServer) -> (Instant, Duration) {
     let keys = redis.command(&["KEYS", "idem:*"]);
+    // A record's key (`idem:` and 64 hex digits), not the open-intent index beside it
+    // (`idem:open`, a sorted set: GET on it is WRONGTYPE).
+    let is_record = |l: &&str| {
+        l.strip_prefix("idem:")
+            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
     let key = keys
         .lines()
-        .find(|l| l.starts_with("idem:"))
+        .find(is_record)
         .unwrap_or_else(|| panic!("no reservation in Redis: {keys:?}"));
     let value = redis.command(&["GET", key]);
     let asked = Instant::now();

@@ -32,21 +32,13 @@ pub fn config(yaml: &str) -> Config {
 }
 
 /// idem running in-process (a [`Running`] to the test); when dropped, fails the test if
-/// idem panicked meanwhile.
-pub struct Idem(Running);
+/// idem panicked meanwhile, its shutdown included (the watch is dropped last).
+pub struct Idem(Running, panics::Watch);
 
 impl std::ops::Deref for Idem {
     type Target = Running;
     fn deref(&self) -> &Running {
         &self.0
-    }
-}
-
-impl Drop for Idem {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panics::assert_none();
-        }
     }
 }
 
@@ -67,8 +59,8 @@ pub async fn start(yaml: &str) -> Idem {
 /// Start idem in-process from a configuration built by the test (e.g. a listener that
 /// is not on loopback), and wait until it is ready.
 pub async fn start_config(config: Config) -> Idem {
-    panics::watch();
-    let idem = Idem(idem::app::start(&config).await.expect("idem starts"));
+    let watch = panics::watched();
+    let idem = Idem(idem::app::start(&config).await.expect("idem starts"), watch);
     let ready = format!("http://127.0.0.1:{}/readyz", idem.admin_addr.port());
     eventually(STARTUP, "idem ready (/readyz 200)", async || {
         try_send("GET", &ready, &[], "")
@@ -82,8 +74,11 @@ pub async fn start_config(config: Config) -> Idem {
 /// Start idem in-process without waiting for readiness (a test of readiness itself, or
 /// one whose store is down on purpose).
 pub async fn start_unready(yaml: &str) -> Idem {
-    panics::watch();
-    Idem(idem::app::start(&config(yaml)).await.expect("idem starts"))
+    let watch = panics::watched();
+    Idem(
+        idem::app::start(&config(yaml)).await.expect("idem starts"),
+        watch,
+    )
 }
 
 pub fn url(running: &Running, path: &str) -> String {
