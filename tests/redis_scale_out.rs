@@ -362,8 +362,9 @@ impl Sent {
 /// `request_in_progress` — a reservation applied on the old master whose answer was
 /// lost holds its key until its lease ends, and a completion that failed at the switch
 /// is retried while its lease lasts (`on_concurrent: wait` ends in that 409 past
-/// `wait_timeout`). The route's body never changes and `on_unknown` is `retry` without
-/// a key window, so no other 409 (`key_reused`, `outcome_unknown`, …) can come of it.
+/// `wait_timeout`). No answer is too large to store, nothing is sealed and `on_unknown`
+/// is `retry` without a key window, so no other 409 (`response_not_stored`,
+/// `record_unreadable`, `outcome_unknown`) can come of it.
 fn documented(r: &Result<Resp, String>) -> Result<(), String> {
     match r {
         Ok(r) if r.status == 201 => Ok(()),
