@@ -17,7 +17,7 @@ use std::path::Path;
 
 use base64::Engine;
 use support::env::{Backend, Env};
-use support::harness::{metric_sum, post, send, IdemProcess};
+use support::harness::{metric_sum, post, send, IdemProcess, Resp};
 use support::raw_store;
 
 const COOKIE: &str = "session=c00k1e-S3CRET; HttpOnly";
@@ -70,7 +70,19 @@ fn stored_record(backend: &Backend, id: &str) -> Option<String> {
     )
 }
 
-async fn charge(p: &IdemProcess, id: &str) -> support::harness::Resp {
+/// 409 `record_unreadable`, and nothing of the sealed response shown.
+#[track_caller]
+fn assert_unreadable(r: &Resp) {
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "record_unreadable"),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains(MARKER), "{}", r.text());
+}
+
+async fn charge(p: &IdemProcess, id: &str) -> Resp {
     let u = p.url(&format!("/invoices/{id}/charge"));
     post(
         &u,
@@ -199,14 +211,7 @@ async fn a_sealed_value_copied_under_another_key_does_not_open(backend: Backend)
         }
         _ => unreachable!(),
     }
-    let r = charge(&p, "thief").await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "record_unreadable"),
-        "{}",
-        r.text()
-    );
-    assert!(!r.text().contains(MARKER));
+    assert_unreadable(&charge(&p, "thief").await);
     assert_eq!(
         env.upstream.executions("charge:thief"),
         1,
@@ -258,14 +263,7 @@ async fn sealed_replay_on_this_backend(backend: Backend) {
     )
     .await;
     assert_eq!(shown.json()["sealed_with"], "k", "{}", shown.text());
-    let r = charge(without_key, "e1").await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "record_unreadable"),
-        "{}",
-        r.text()
-    );
-    assert!(!r.text().contains(MARKER));
+    assert_unreadable(&charge(without_key, "e1").await);
     assert_eq!(env.upstream.executions("charge:e1"), 1);
 }
 
