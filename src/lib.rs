@@ -44,6 +44,8 @@ pub mod key;
 pub mod loadtest;
 pub mod mcp;
 pub mod metrics;
+#[cfg(test)]
+mod panic_watch;
 pub mod path;
 pub mod proxy;
 pub mod route;

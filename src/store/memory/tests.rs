@@ -13,6 +13,7 @@ fn record(lease: Duration) -> Record {
 
 #[tokio::test(start_paused = true)]
 async fn expired_records_are_invisible_before_the_purge() {
+    let _panics = crate::panic_watch::watched();
     let store = MemoryStore::new(10);
     let lease = Duration::from_secs(30);
     let first = record(lease);
@@ -40,6 +41,7 @@ async fn expired_records_are_invisible_before_the_purge() {
 
 #[tokio::test(start_paused = true)]
 async fn purge_task_frees_expired_records() {
+    let _panics = crate::panic_watch::watched();
     let store = MemoryStore::new(100);
     for i in 0..20u8 {
         let ttl = Duration::from_secs(u64::from(i % 2) * 100 + 5);
@@ -59,6 +61,7 @@ async fn purge_task_frees_expired_records() {
 
 #[tokio::test(start_paused = true)]
 async fn purge_task_stops_with_the_last_clone() {
+    let _panics = crate::panic_watch::watched();
     let store = MemoryStore::new(10);
     let clone = store.clone();
     let shared = Arc::downgrade(&store.shared);
@@ -75,6 +78,7 @@ async fn purge_task_stops_with_the_last_clone() {
 
 #[tokio::test]
 async fn huge_ttl_does_not_overflow() {
+    let _panics = crate::panic_watch::watched();
     let store = MemoryStore::new(1);
     let r = record(Duration::MAX);
     assert!(matches!(
@@ -82,4 +86,26 @@ async fn huge_ttl_does_not_overflow() {
         Ok(Reserve::Won)
     ));
     assert!(store.get(&KEY).await.unwrap().is_some());
+}
+
+/// The watch itself: on a runtime without timers the purge task panics at its first
+/// tick. Tokio catches it and the store still answers, yet the test fails.
+#[test]
+fn a_panic_in_the_purge_task_fails_the_test() {
+    let watch = crate::panic_watch::watched();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = MemoryStore::new(1);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(store.is_empty(), "the store itself still answers");
+    });
+    drop(runtime);
+    let failed = std::panic::catch_unwind(move || drop(watch))
+        .expect_err("the watch fails the test when the purge task panicked");
+    let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("timers are disabled"), "{message}");
 }
