@@ -24,7 +24,9 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Create the PostgreSQL table (`store.backend: postgres`) if missing, then exit.
+    /// Create or upgrade the PostgreSQL table (`store.backend: postgres`) and record its
+    /// schema version, then exit. Run it with a role that may create the table: `serve`
+    /// runs no DDL.
     Migrate {
         #[arg(long, short)]
         config: PathBuf,

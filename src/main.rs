@@ -147,12 +147,12 @@ async fn migrate(path: &std::path::Path) -> ExitCode {
     };
     let table = &pg.table;
     match idem::store::postgres::migrate(pg).await {
-        Ok(()) => {
-            println!("table {table} ready");
+        Ok(done) => {
+            println!("table {table}: {done}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("idem: cannot create table {table}: {e}");
+            eprintln!("idem: cannot migrate table {table}: {e}");
             ExitCode::FAILURE
         }
     }
