@@ -36,7 +36,8 @@ const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// with pauses in between rather than in one burst.
 const BATCHES_PER_ROUND: usize = 20;
 
-/// Whether the table passed the schema check, and if not, why (`/readyz`'s reason).
+/// Whether the table passed the schema check, and the last reason it did not (logged
+/// when it changes).
 pub(super) struct Readiness {
     ready: AtomicBool,
     reason: Mutex<String>,
@@ -54,10 +55,6 @@ impl Readiness {
         self.ready.load(Ordering::Acquire)
     }
 
-    pub(super) fn reason(&self) -> String {
-        self.reason.lock().expect("not poisoned").clone()
-    }
-
     /// A statement failed in a way that says the table or the grants changed: not
     /// ready until the next check passes.
     pub(super) fn suspect(&self, why: &str) {
@@ -68,7 +65,7 @@ impl Readiness {
     }
 
     /// Records a failed check; logs it when the reason is new.
-    fn failed(&self, why: String) {
+    pub(super) fn failed(&self, why: String) {
         self.ready.store(false, Ordering::Release);
         let mut reason = self.reason.lock().expect("not poisoned");
         if *reason != why {
@@ -77,7 +74,7 @@ impl Readiness {
         }
     }
 
-    fn passed(&self, checked: &Checked, table: &str) {
+    pub(super) fn passed(&self, checked: &Checked, table: &str) {
         if !self.ready.swap(true, Ordering::AcqRel) {
             match checked {
                 Checked::Versioned(v) => {

@@ -397,10 +397,25 @@ impl PostgresStore {
 
     /// Ready when the table passed the schema check (else its reason, e.g. the
     /// `idem migrate` to run or the grant PostgreSQL refused) and a pooled connection
-    /// answers.
+    /// answers. Until it has passed, each ping runs the check itself (the maintenance
+    /// task does too, every second), so a probe sees a fix at once.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        if !self.shared.readiness.is_ready() {
-            return Err(StoreError::Unavailable(self.shared.readiness.reason()));
+        let readiness = &self.shared.readiness;
+        if !readiness.is_ready() {
+            let table = &self.shared.sql.table;
+            let checked = self
+                .bounded(async {
+                    let mut client = self.client().await?;
+                    Ok(client.check_schema(table).await)
+                })
+                .await?;
+            match checked {
+                Ok(checked) => readiness.passed(&checked, table),
+                Err(why) => {
+                    readiness.failed(why.clone());
+                    return Err(StoreError::Unavailable(why));
+                }
+            }
         }
         self.bounded(async {
             let mut client = self.client().await?;

@@ -10,6 +10,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, SimpleQueryMessage, Statement};
 
+use super::schema::{self, Checked};
 use super::target::Target;
 use crate::store::{Record, RecordState, StoreError};
 
@@ -113,6 +114,13 @@ impl Conn {
     ) -> Result<u64, DbError> {
         let result = self.client().execute(stmt, params).await;
         self.done(result)
+    }
+
+    /// The schema check (`schema.rs`) on this connection.
+    pub(super) async fn check_schema(&mut self, table: &str) -> Result<Checked, String> {
+        let result = schema::check(self.client(), table).await;
+        self.clean = result.is_ok();
+        result
     }
 
     pub(super) async fn simple_query(
