@@ -573,6 +573,15 @@ async fn cli_lists_and_resolves() {
         !only.contains("charge:cli1") && only.contains("acme"),
         "{only}"
     );
+    // A typo in the route name is named, and exits non-zero: not "no unknown outcomes".
+    let (code, out) = tokio::task::block_in_place(|| cli(&["unknown", "--route", "nosuch"]));
+    assert_eq!(
+        (code, out.trim()),
+        (
+            Some(1),
+            "idem: no route named \"nosuch\" in the loaded configuration (routes: charge, refund) and no record of it in the store"
+        )
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("body.json");
