@@ -341,6 +341,26 @@ impl PostgresStore {
         .transpose()
     }
 
+    /// The record with how long its row remains (`expires_at` against `now()`).
+    pub async fn get_with_life(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<(Record, Duration)>, StoreError> {
+        self.bounded(async {
+            let mut client = self.client().await?;
+            let stmt = client.prepare_cached(&self.shared.sql.get).await?;
+            let row = client.query_opt(&stmt, &[&&key.0[..]]).await?;
+            Ok(row.map(|row| {
+                read(&row, 0).map(|(record, now)| {
+                    let end = row.get::<_, i64>(4).max(0) as u64;
+                    (record, Duration::from_millis(end.saturating_sub(now)))
+                })
+            }))
+        })
+        .await?
+        .transpose()
+    }
+
     /// The database's clock, `now()`, in unix ms.
     pub async fn clock_ms(&self) -> Result<u64, StoreError> {
         self.bounded(async {

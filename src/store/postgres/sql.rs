@@ -134,7 +134,11 @@ SELECT * FROM live"
 )
 SELECT pg_notify($3, encode(key, 'hex')) FROM gone"
             ),
-            get: format!("SELECT record, {clocks} FROM {t} WHERE key = $1 AND expires_at > now()"),
+            // The row's own end last (read only by the admin's `get_with_life`).
+            get: format!(
+                "SELECT record, {clocks}, {} FROM {t} WHERE key = $1 AND expires_at > now()",
+                ms("expires_at")
+            ),
             delete: format!(
                 "WITH gone AS (DELETE FROM {t} WHERE key = $1 RETURNING key, expires_at > now() AS live)
 SELECT live, pg_notify($2, encode(key, 'hex')) FROM gone"
