@@ -13,7 +13,10 @@ pub enum LogFormat {
 /// Install the global subscriber. Default filter: `info`.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let colour = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
+    let colour = colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR"),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)

@@ -5,7 +5,8 @@
 use std::process::{Command, Output};
 
 /// `idem serve` for long enough to log that it listens, stopped by `timeout`.
-const SERVE: &str = "serve --upstream http://127.0.0.1:9 --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0";
+const SERVE: &str =
+    "serve --upstream http://127.0.0.1:9 --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_idem")
@@ -13,8 +14,8 @@ fn bin() -> &'static str {
 
 /// What idem logged within 2 s, and whether that held an escape sequence.
 fn escapes(out: &Output) -> (String, bool) {
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("idem listening"), "nothing logged: {text}");
     let escaped = text.contains('\u{1b}');
     (text, escaped)
@@ -24,7 +25,11 @@ fn escapes(out: &Output) -> (String, bool) {
 /// what it wrote to our stdout.
 fn on_a_terminal(no_color: Option<&str>) -> Output {
     let mut cmd = Command::new("script");
-    cmd.args(["-qec", &format!("timeout -s INT 2 {} {SERVE}", bin()), "/dev/null"]);
+    cmd.args([
+        "-qec",
+        &format!("timeout -s INT 2 {} {SERVE}", bin()),
+        "/dev/null",
+    ]);
     cmd.env("RUST_LOG", "info").env_remove("NO_COLOR");
     if let Some(v) = no_color {
         cmd.env("NO_COLOR", v);
