@@ -88,7 +88,7 @@ fn normalized(text: &str) -> String {
             out.push_str("date: <time>\n");
             continue;
         }
-        let words: Vec<String> = line.split(' ').map(|w| timestamps(w)).collect::<Vec<_>>();
+        let words: Vec<String> = line.split(' ').map(timestamps).collect();
         let varying = |i: usize| match words[0].as_str() {
             "requests:" | "latency:" => words[i].chars().any(|c| c.is_ascii_digit()),
             "intent" => words[i].starts_with("lt-"),

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use idem::store::{Reserve, Store, StoreError};
+use idem::store::{Reserve, Store};
 use tokio::time::{sleep, timeout};
 
 use super::support::postgres::PgServer;

@@ -403,7 +403,7 @@ impl PostgresStore {
                 let stmt = client
                     .prepare_cached(&self.shared.sql.list_in_progress)
                     .await?;
-                Ok(client.query(&stmt, &[&limit_param]).await?)
+                client.query(&stmt, &[&limit_param]).await
             })
             .await?;
         let mut soonest = Soonest::new(limit);
