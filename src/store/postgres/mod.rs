@@ -8,7 +8,7 @@
 //!   (`synchronous_commit = on`, `synchronous_standby_names`), an acknowledged
 //!   reservation or completion survives a failover to that standby.
 //! - Each worker thread has its own connection pool (deadpool-postgres, `pool.rs`),
-//!   driven by its own runtime; wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
+//!   driven by its own runtime (reads in `reads.rs`); wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
 //!   per process (`listener.rs`), and one background task per process checks the
 //!   table and deletes expired rows in small batches (`maintenance.rs`).
 //! - Serving runs no DDL: `idem migrate` creates the table and records its version,
@@ -25,6 +25,7 @@
 mod listener;
 mod maintenance;
 mod pool;
+mod reads;
 mod schema;
 mod sql;
 mod target;
@@ -40,12 +41,12 @@ use tokio::time::timeout;
 pub use self::listener::PgNotifications;
 use self::maintenance::Readiness;
 use self::pool::{attempt, millis, state_name, Conn, DbError};
+use self::reads::read;
 pub use self::schema::{Migrated, SCHEMA_VERSION};
 pub use self::sql::check_table_name;
 use self::sql::Sql;
 pub use self::target::Target;
 use super::listing::Soonest;
-use super::record::decode;
 use super::record::encode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
@@ -131,23 +132,6 @@ fn lease_millis(record: &Record) -> (i64, bool) {
         ),
         None => (0, false),
     }
-}
-
-/// A record read with its clocks (`sql::clocks`, from column `at`): its lease's end and
-/// first send on the database's clock replace the writer's estimates in its bytes, and
-/// the database's `now()` comes along to judge them by.
-fn read(row: &tokio_postgres::Row, at: usize) -> Result<(Record, u64), StoreError> {
-    let mut record = decode(row.get::<_, &[u8]>(at))?;
-    let ms = |i: usize| row.get::<_, Option<i64>>(at + i).map(|v| v.max(0) as u64);
-    if record.state == crate::store::RecordState::InProgress {
-        if let Some(lease_until) = ms(1) {
-            record.expires_at_ms = lease_until;
-        }
-    }
-    if let Some(sent_at) = ms(2) {
-        record.sent_at_ms = sent_at;
-    }
-    Ok((record, ms(3).unwrap_or(0)))
 }
 
 impl PostgresStore {
@@ -330,48 +314,6 @@ impl PostgresStore {
         Ok(released)
     }
 
-    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        self.bounded(async {
-            let mut client = self.client().await?;
-            let stmt = client.prepare_cached(&self.shared.sql.get).await?;
-            let row = client.query_opt(&stmt, &[&&key.0[..]]).await?;
-            Ok(row.map(|row| read(&row, 0).map(|(record, _)| record)))
-        })
-        .await?
-        .transpose()
-    }
-
-    /// The record with how long its row remains (`expires_at` against `now()`).
-    pub async fn get_with_life(
-        &self,
-        key: &StoreKey,
-    ) -> Result<Option<(Record, Duration)>, StoreError> {
-        self.bounded(async {
-            let mut client = self.client().await?;
-            let stmt = client.prepare_cached(&self.shared.sql.get).await?;
-            let row = client.query_opt(&stmt, &[&&key.0[..]]).await?;
-            Ok(row.map(|row| {
-                read(&row, 0).map(|(record, now)| {
-                    let end = row.get::<_, i64>(4).max(0) as u64;
-                    (record, Duration::from_millis(end.saturating_sub(now)))
-                })
-            }))
-        })
-        .await?
-        .transpose()
-    }
-
-    /// The database's clock, `now()`, in unix ms.
-    pub async fn clock_ms(&self) -> Result<u64, StoreError> {
-        self.bounded(async {
-            let mut client = self.client().await?;
-            let stmt = client.prepare_cached(&self.shared.sql.clock).await?;
-            let row = client.query_one(&stmt, &[]).await?;
-            Ok(row.get::<_, i64>(0).max(0) as u64)
-        })
-        .await
-    }
-
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let deleted = self
             .bounded(async {
@@ -390,29 +332,6 @@ impl PostgresStore {
 
     pub fn watch(&self, key: &StoreKey) -> Watch {
         self.shared.events.watchers.watch(key)
-    }
-
-    pub async fn list_in_progress(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
-        let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self
-            .bounded(async {
-                let mut client = self.client().await?;
-                let stmt = client
-                    .prepare_cached(&self.shared.sql.list_in_progress)
-                    .await?;
-                client.query(&stmt, &[&limit_param]).await
-            })
-            .await?;
-        let mut soonest = Soonest::new(limit);
-        for row in rows {
-            let key = <[u8; 32]>::try_from(row.get::<_, &[u8]>(0))
-                .map_err(|_| StoreError::Corrupt("key is not 32 bytes".to_owned()))?;
-            soonest.push(StoreKey(key), read(&row, 1)?.0);
-        }
-        Ok(soonest.finish())
     }
 
     /// Ready when the table passed the schema check (else its reason, e.g. the

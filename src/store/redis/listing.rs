@@ -12,6 +12,10 @@
 //! bounded by `op_timeout`. An admin operation, never on the request path. Names under
 //! the prefix that are not record keys (another program's, a `TYPE` other than string)
 //! are skipped.
+//!
+//! Also the admin's view of one key: its record with its remaining life (`PTTL`).
+
+use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -21,7 +25,7 @@ use super::conn::Link;
 use super::RedisStore;
 use crate::key::StoreKey;
 use crate::store::listing::Soonest;
-use crate::store::record::decode;
+use crate::store::record::{decode, decode_owned};
 use crate::store::{Record, StoreError};
 
 /// Keys asked for per `SCAN` step (a hint to Redis), and so records read per batch.
@@ -43,6 +47,25 @@ end
 return out";
 
 impl RedisStore {
+    /// `GET` and `PTTL` in one pipeline (one key, so one node on a Cluster).
+    pub async fn get_with_life(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<(Record, Duration)>, StoreError> {
+        let mut link = self.conn.link();
+        let store_key = self.layout.store_key(key);
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(&store_key[..]);
+        pipe.cmd("PTTL").arg(&store_key[..]);
+        let (bytes, pttl): (Option<Vec<u8>>, i64) = self
+            .bounded(&self.conn, pipe.query_async(&mut link))
+            .await?;
+        let life = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
+        bytes
+            .map(|b| decode_owned(b.into()).map(|record| (record, life)))
+            .transpose()
+    }
+
     pub async fn list_in_progress(
         &self,
         limit: usize,

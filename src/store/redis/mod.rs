@@ -394,25 +394,6 @@ impl RedisStore {
         bytes.map(|b| decode_owned(b.into())).transpose()
     }
 
-    /// `GET` and `PTTL` in one pipeline (one key, so one node on a Cluster).
-    pub async fn get_with_life(
-        &self,
-        key: &StoreKey,
-    ) -> Result<Option<(Record, Duration)>, StoreError> {
-        let mut link = self.conn.link();
-        let store_key = self.layout.store_key(key);
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET").arg(&store_key[..]);
-        pipe.cmd("PTTL").arg(&store_key[..]);
-        let (bytes, pttl): (Option<Vec<u8>>, i64) = self
-            .bounded(&self.conn, pipe.query_async(&mut link))
-            .await?;
-        let life = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
-        bytes
-            .map(|b| decode_owned(b.into()).map(|record| (record, life)))
-            .transpose()
-    }
-
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let mut link = self.conn.link();
         let script = &self.scripts.delete;
