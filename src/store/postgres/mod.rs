@@ -8,9 +8,10 @@
 //!   (`synchronous_commit = on`, `synchronous_standby_names`), an acknowledged
 //!   reservation or completion survives a failover to that standby.
 //! - Each worker thread has its own connection pool (deadpool-postgres, `pool.rs`),
-//!   driven by its own runtime (reads in `reads.rs`); wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
-//!   per process (`listener.rs`), and one background task per process checks the
-//!   table and deletes expired rows in small batches (`maintenance.rs`).
+//!   driven by its own runtime; wake-ups for `on_concurrent: wait` come from one
+//!   `LISTEN` connection per process (`listener.rs`), and one background task per
+//!   process checks the table and deletes expired rows in small batches
+//!   (`maintenance.rs`). Writes are here, reads in `reads.rs`.
 //! - Serving runs no DDL: `idem migrate` creates the table and records its version,
 //!   and readiness waits until the table is one this release can use with the role's
 //!   grants (`schema.rs`).
