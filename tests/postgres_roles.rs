@@ -133,6 +133,40 @@ async fn started_before_its_grants_says_why_then_turns_ready_by_itself() {
     assert_eq!(server.psql(aborted), "0");
 }
 
+/// A grant revoked under a ready idem: the refused statement turns readiness 503 with
+/// PostgreSQL's reason (a `SELECT 1` alone would have stayed ready while every request
+/// failed), and restoring the grant makes it ready again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_grant_turns_unready_then_ready_again_by_itself() {
+    let server = server_with_roles();
+    let upstream = MockUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = migrate(dir.path(), &yaml(&upstream, &server, "idem_owner"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    server.psql(GRANT);
+    let idem = IdemProcess::spawn(&yaml(&upstream, &server, "idem_app")).await;
+    assert_eq!(idem.readiness(200).await.status, 200, "{}", idem.logs());
+
+    server.psql("REVOKE INSERT ON idem_records FROM idem_app");
+    let refused = post(&idem.url("/invoices/inv_r/charge"), &[], "{}").await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    let unready = idem.readiness(503).await;
+    assert_eq!(unready.status, 503);
+    assert!(
+        unready
+            .text()
+            .contains("permission denied for table idem_records (SQLSTATE 42501)"),
+        "{}",
+        unready.text()
+    );
+    assert_eq!(upstream.executions("charge:inv_r"), 0);
+
+    server.psql("GRANT INSERT ON idem_records TO idem_app");
+    let ready = idem.readiness(200).await;
+    assert_eq!(ready.status, 200, "{}\n{}", ready.text(), idem.logs());
+    fresh_then_replay(&idem, &upstream, "inv_r").await;
+}
+
 /// `idem migrate`'s failures carry PostgreSQL's message and SQLSTATE: a role that may
 /// not create in the schema, and one that does not own the table it would alter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
