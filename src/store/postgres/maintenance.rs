@@ -76,6 +76,8 @@ impl Readiness {
 
     pub(super) fn passed(&self, checked: &Checked, table: &str) {
         if !self.ready.swap(true, Ordering::AcqRel) {
+            // A later failure logs even when its reason is the one before this.
+            self.reason.lock().expect("not poisoned").clear();
             match checked {
                 Checked::Versioned(v) => {
                     tracing::info!(table, schema_version = v, "postgres store ready")
