@@ -53,8 +53,8 @@ pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminRespon
     let stores = &admin.stores;
     match *req.method() {
         Method::POST if resolving => resolve::resolve(admin, &at, req).await,
-        Method::GET => match any_store(stores, |s| read_at(s, &at.store_key)).await {
-            Ok(((Some(mut record), now), _)) => {
+        Method::GET => match any_store(stores, |s| read_with_life(s, &at.store_key)).await {
+            Ok(((Some((mut record, life)), now), _)) => {
                 // A sealed response is shown opened when a listed key opens it, else
                 // as `sealed` (the key's id, never its material).
                 if let Some(keyring) = admin.control.keyring() {
@@ -65,7 +65,10 @@ pub(super) async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminRespon
                 if record.sealed.is_some() && record.key.is_empty() {
                     (record.key, record.scope) = (key, scope);
                 }
-                json_response(StatusCode::OK, &describe(&record, with_body, now))
+                json_response(
+                    StatusCode::OK,
+                    &describe(&record, with_body, now, Some(life)),
+                )
             }
             Ok(((None, _), _)) => error(StatusCode::NOT_FOUND, "no such key"),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
@@ -112,23 +115,49 @@ pub(super) async fn read_at(
     Ok((record, store.clock_ms().await?))
 }
 
+/// As [`read_at`], with the record's own remaining life (its end, beyond an in-progress
+/// record's lease).
+async fn read_with_life(
+    store: &Store,
+    key: &StoreKey,
+) -> Result<(Option<(Record, Duration)>, u64), StoreError> {
+    let record = store.get_with_life(key).await?;
+    Ok((record, store.clock_ms().await?))
+}
+
 /// RFC 3339 with milliseconds, as every admin timestamp.
 pub(super) fn time(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 /// The record as the admin API shows it (SPEC §6), at `now` on the store's clock. The
-/// body only when asked for.
-pub fn describe(record: &Record, with_body: bool, now: u64) -> serde_json::Value {
+/// body only when asked for. `expires_at` is when the record itself ends (`life` from
+/// `now`, as the store says; else a completed record's own estimate); an in-progress
+/// record's lease, which ends long before (the record outlives it, SPEC §1 "Unknown
+/// outcomes"), is `lease_ends_at`.
+pub fn describe(
+    record: &Record,
+    with_body: bool,
+    now: u64,
+    life: Option<Duration>,
+) -> serde_json::Value {
+    let in_progress = record.state == RecordState::InProgress;
     let mut v = json!({
         "route": record.route,
         "key": record.key,
         "scope": record.scope,
-        "state": match record.state { RecordState::InProgress => "in_progress", RecordState::Completed => "completed" },
+        "state": if in_progress { "in_progress" } else { "completed" },
         "attempt": record.attempt,
         "created_at": time(record.created_at_ms),
-        "expires_at": time(record.expires_at_ms),
     });
+    match life {
+        Some(life) => v["expires_at"] = json!(time(now.saturating_add(life.as_millis() as u64))),
+        None if !in_progress => v["expires_at"] = json!(time(record.expires_at_ms)),
+        None => {}
+    }
+    if in_progress {
+        v["lease_ends_at"] = json!(time(record.expires_at_ms));
+    }
     if let Some(settled) = record.settled {
         // How an unknown outcome was settled: reconciled, resolved or not_executed.
         v["settled"] = json!(settled.as_str());

@@ -182,10 +182,7 @@ async fn ready(admin: &Admin) -> AdminResponse {
     };
     match tokio::time::timeout(admin.store_timeout, all).await {
         Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
-        Ok(Err(e)) => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("store unavailable: {e}\n"),
-        ),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         Err(_) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "store unavailable: timeout\n",

@@ -186,7 +186,7 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
             admin.control.metrics().resolved(&at.route, counted);
             let outcome: &str = counted.into();
             tracing::info!(route = %at.route, key = %at.store_key, outcome, "unknown outcome resolved by an operator");
-            json_response(StatusCode::OK, &describe(&settled, false, now))
+            json_response(StatusCode::OK, &describe(&settled, false, now, None))
         }
         Ok(false) => conflict(
             Intent::Changed,

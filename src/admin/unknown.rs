@@ -111,12 +111,27 @@ pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
             _ => {}
         }
     }
+    // A typo in a route name must not read as "nothing unknown": a name neither in the
+    // configuration nor on any record is refused, naming the routes there are. (A
+    // route removed by a reload may still have records: those are listed.)
+    let routes = admin.control.routes();
+    if let Some(name) = route.as_deref() {
+        let configured = routes.iter().any(|r| r.name == name);
+        if !configured && unknown.is_empty() && inflight.is_empty() {
+            let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+            let message = format!(
+                "no route named {name:?} in the loaded configuration (routes: {}) and no record of it in the store",
+                names.join(", ")
+            );
+            return error(StatusCode::NOT_FOUND, message);
+        }
+    }
     let truncated = unknown.len() > limit || inflight.len() > limit;
     unknown.truncate(limit);
     inflight.truncate(limit);
     let mut body = json!({
         "now": time(now),
-        "routes": admin.control.routes().iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+        "routes": routes.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
         "truncated": truncated,
         "unknown": unknown,
     });

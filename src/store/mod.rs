@@ -194,6 +194,16 @@ impl Store {
         dispatch_op!(self, s => s.get(key))
     }
 
+    /// As [`Store::get`], with how long the record itself remains: its own life (the
+    /// route's retention from its last write), which an in-progress record's lease is
+    /// only the first part of. One round trip; for the admin view.
+    pub async fn get_with_life(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<(Record, Duration)>, StoreError> {
+        dispatch_op!(self, s => s.get_with_life(key))
+    }
+
     /// Unconditional delete (admin), waking watchers. Returns whether a record existed.
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         dispatch_op!(self, s => s.delete(key))

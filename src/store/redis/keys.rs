@@ -147,7 +147,7 @@ mod tests {
         assert!(all.contains(&"idem:events:{ab}".to_string()));
         // The open index of the key's bucket is its record key with `open` for the hex
         // digits (what the scripts compute), so it is in the same slot.
-        let index = format!("idem:{{ab}}open").into_bytes();
+        let index = b"idem:{ab}open".to_vec();
         assert!(layout.open_indexes().contains(&index));
         assert_eq!(layout.open_indexes().len(), 256);
         assert_eq!(layout.indexed_key(&key.hex()), Some(key));

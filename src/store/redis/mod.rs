@@ -15,6 +15,7 @@
 //! - Concurrent duplicates of one key in this process share one reservation, and a key
 //!   the process owns is answered from memory (`local.rs`).
 
+mod admin_read;
 mod command;
 mod conn;
 mod keys;
