@@ -59,7 +59,10 @@ pub enum Reserve {
     /// The key was absent; the caller's record is now stored and the caller owns it.
     Won,
     /// Someone else's record is there, read at this time of the **store's** clock
-    /// (unix ms): its lease is judged against that, never against a proxy's clock.
+    /// (unix ms): its lease is judged against that, never against a proxy's clock. A
+    /// completed record has no lease, and what a repeat of it gets never reads the
+    /// clock, so Redis does not send it: 0 then (the reply's shape costs the client
+    /// more than the rest of a replay's parsing, see `redis/scripts.rs`).
     Exists(Record, u64),
 }
 
