@@ -221,7 +221,7 @@ impl Store {
     /// The in-progress records (unknown outcomes and calls in flight), those whose lease
     /// ends first first, at most `limit` (`usize::MAX`: all). An admin operation, whose
     /// cost follows the records not completed: Redis reads its open index, PostgreSQL
-    /// its `in_progress` partial index; memory walks its shards.
+    /// its `in_progress` partial index, memory its per-shard set of open records.
     pub async fn list_in_progress(
         &self,
         limit: usize,
