@@ -26,7 +26,7 @@ use serde_json::json;
 use super::reply::{error, json_response, AdminResponse};
 use super::unknown::{self, Intent};
 use super::Admin;
-use crate::metrics::Resolution;
+use crate::vocabulary::Resolution;
 
 /// A bulk resolution is a few short fields.
 const LIMIT: usize = 4 << 10;

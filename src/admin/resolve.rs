@@ -29,8 +29,8 @@ use super::keys::{any_store, describe, read_at, KeyRef};
 use super::reply::{error, json_response, problem, AdminResponse};
 use super::unknown::Intent;
 use super::Admin;
-use crate::metrics::Resolution;
 use crate::store::{Settled, StoredResponse};
+use crate::vocabulary::Resolution;
 
 /// Room in a resolution for its JSON around the body: outcome, status, headers.
 const ENVELOPE_BYTES: usize = 64 << 10;

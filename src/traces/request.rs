@@ -21,7 +21,7 @@ use opentelemetry_sdk::trace::Span;
 use super::Traces;
 use crate::config::RoutePolicy;
 use crate::key::StoreKey;
-use crate::proxy::{Outcome, StoreOp};
+use crate::vocabulary::{Outcome, StoreOp};
 
 /// The trace and span of the execution that produced a record, kept in the record so a
 /// replay's span can link to it. Written as `<32 hex>-<16 hex>`.
