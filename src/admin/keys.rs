@@ -167,7 +167,7 @@ pub fn describe(
     if let Some(link) = &record.trace {
         // The execution that produced (or is producing) the answer, for a trace search.
         v["trace_id"] = json!(link.trace_id_hex());
-        v["span_id"] = json!(hex::encode(link.span_id));
+        v["span_id"] = json!(crate::fast_hex::encode(&link.span_id));
     }
     if let Some(sealed) = &record.sealed {
         // Not opened by any listed key: only the id of the key that sealed it.

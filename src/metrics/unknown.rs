@@ -22,12 +22,7 @@ use strum::IntoEnumIterator;
 
 pub use crate::vocabulary::{Reconciliation, Resolution};
 
-use super::Metrics;
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct RouteLabel {
-    route: String,
-}
+use super::{Metrics, RouteLabel};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResolutionLabels {
