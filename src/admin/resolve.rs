@@ -29,6 +29,8 @@ use super::keys::{any_store, describe, read_at, KeyRef};
 use super::reply::{error, json_response, problem, AdminResponse};
 use super::unknown::Intent;
 use super::Admin;
+use crate::proxy::capture::CREDENTIAL_HEADERS;
+use crate::proxy::headers::is_hop_by_hop;
 use crate::store::{Settled, StoredResponse};
 use crate::vocabulary::Resolution;
 
@@ -44,25 +46,12 @@ fn read_limit(max_body: usize) -> usize {
     max_body.saturating_mul(2).saturating_add(ENVELOPE_BYTES)
 }
 
-/// Headers a resolution may not set: connection-scoped ones, the length (computed when
-/// replaying), and those carrying credentials (never stored, SPEC §1 "Stored responses").
-const REFUSED_HEADERS: [&str; 15] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-    "set-cookie",
-    "authorization",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "www-authenticate",
-    "authentication-info",
-    "proxy-authentication-info",
-];
+/// Whether a resolution may not set `name`: connection-scoped headers (the proxy's own
+/// list), the length (computed when replaying), and those carrying credentials (never
+/// stored, SPEC §1 "Stored responses": the capture's own list).
+fn refused_header(name: &HeaderName) -> bool {
+    is_hop_by_hop(name) || name == header::CONTENT_LENGTH || CREDENTIAL_HEADERS.contains(name)
+}
 
 const SHAPE: &str = r#"send {"outcome": "completed", "status": 201, "headers": {...}, "body": "..."} or {"outcome": "not_executed"}"#;
 
@@ -241,7 +230,7 @@ fn response(
                 "header name {name:?} is not a valid HTTP header name"
             ))
         })?;
-        if REFUSED_HEADERS.contains(&parsed.as_str()) {
+        if refused_header(&parsed) {
             return Err(bad(format!(
                 "header {name:?} cannot be recorded: it is connection-scoped, computed when \
                  replaying, or carries credentials"

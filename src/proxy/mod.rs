@@ -18,7 +18,7 @@
 
 mod body;
 mod breaker;
-mod capture;
+pub mod capture;
 mod context;
 mod control;
 mod decide;
