@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::keys::any_store;
+use super::records::any_store;
 use super::unknown::Intent;
 use super::Admin;
 use crate::key::StoreKey;

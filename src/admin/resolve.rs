@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::keys::{any_store, describe, read_at, KeyRef};
+use super::records::{any_store, describe, read_at, KeyRef};
 use super::reply::{error, json_response, problem, AdminResponse};
 use super::unknown::Intent;
 use super::Admin;

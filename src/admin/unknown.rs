@@ -16,7 +16,7 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::keys::{any_store, time};
+use super::records::{any_store, time};
 use super::reply::{error, json_response, param, AdminResponse};
 use super::Admin;
 use crate::key::StoreKey;
