@@ -27,11 +27,10 @@ use serde_json::json;
 
 use super::records::{any_store, describe, read_at, KeyRef};
 use super::reply::{error, json_response, problem, AdminResponse};
-use super::unknown::Intent;
 use super::Admin;
 use crate::proxy::capture::CREDENTIAL_HEADERS;
 use crate::proxy::headers::is_hop_by_hop;
-use crate::store::{Settled, StoredResponse};
+use crate::store::{Phase, Settled, StoredResponse};
 use crate::vocabulary::Resolution;
 
 /// Room in a resolution for its JSON around the body: outcome, status, headers.
@@ -148,9 +147,9 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
     // Judged on the store's clock; the fenced write judges again on it.
-    let intent = Intent::of(&record, now);
-    if intent != Intent::Unknown {
-        return conflict(intent, intent.why_not_unknown());
+    let phase = record.phase(now);
+    if phase != Phase::Unknown {
+        return conflict(phase.as_str(), why_not_unknown(phase));
     }
     let (settled, counted) = match outcome {
         Some(response) => {
@@ -178,7 +177,7 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
             json_response(StatusCode::OK, &describe(&settled, false, now, None))
         }
         Ok(false) => conflict(
-            Intent::Changed,
+            "changed",
             "the record changed while it was being resolved (a repeat took it over, or \
              someone resolved it first); nothing was changed: read it again",
         ),
@@ -189,10 +188,19 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
     }
 }
 
-fn conflict(intent: Intent, why: &str) -> AdminResponse {
-    let body =
-        json!({ "error": format!("not an unknown outcome: {why}"), "state": intent.as_str() });
+/// 409 with the record's `state` (a phase, or `changed` after a refused write).
+fn conflict(state: &str, why: &str) -> AdminResponse {
+    let body = json!({ "error": format!("not an unknown outcome: {why}"), "state": state });
     json_response(StatusCode::CONFLICT, &body)
+}
+
+fn why_not_unknown(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Completed => "it is completed (its outcome is recorded)",
+        Phase::InFlight => "its lease is live: the call is still in flight",
+        Phase::NotExecuted => "it was resolved as not executed; the next repeat forwards it",
+        Phase::Unknown => "it changed",
+    }
 }
 
 /// The stored response an operator described, checked like one idem would store.

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
-pub use record::{Record, RecordState, Settled, Stamp, StoredResponse, Token};
+pub use record::{Phase, Record, RecordState, Settled, Stamp, StoredResponse, Token};
 pub use redis::RedisStore;
 pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
