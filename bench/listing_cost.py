@@ -26,6 +26,7 @@ import json
 import os
 import socketserver
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -83,6 +84,10 @@ def start_idem(args, workdir, upstream, store_yaml):
                 f"upstream:\n  url: http://127.0.0.1:{upstream}\n  timeout: 300ms\n"
                 f"{store_yaml}routes:\n  - name: charge\n    path: /charges/{{id}}\n"
                 "    key: \"charge:{path.id}\"\n    lease: 300ms\n    on_unknown: hold\n")
+    if "backend: postgres" in store_yaml:
+        # `serve` runs no DDL: the schema is `idem migrate`'s.
+        subprocess.run([os.path.join(args.bin_dir, "idem"), "migrate", "--config", config],
+                       check=True, capture_output=True)
     proc = run.Proc("idem", [os.path.join(args.bin_dir, "idem"), "serve", "--config", config],
                     workdir, env={"RUST_LOG": "warn"})
     run.wait_port(port)

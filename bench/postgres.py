@@ -108,7 +108,7 @@ def classify(query):
     """Which store operation a pg_stat_statements query text is (None: not idem's
     request path)."""
     if (TABLE not in query or "SKIP LOCKED" in query or "CREATE" in query
-            or query.startswith("DO")):
+            or "WHERE false" in query or query.startswith("DO")):
         return None
     if query.startswith("WITH live AS"):
         return "reserve"

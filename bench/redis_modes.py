@@ -177,7 +177,9 @@ def main():
               f"{beyond / duplicates:.3f} |")
         print(f"\nraw commandstats delta: {json.dumps(delta)}")
 
-        keys = [k for k in cli(redis, "--scan", "--pattern", "idem:*").split() if k][:20]
+        # Records only: the open index (`idem:open`, a sorted set) is not one.
+        keys = [k for k in cli(redis, "--scan", "--pattern", "idem:*").split()
+                if k and not k.endswith("open")][:20]
         sizes = [int(cli(redis, "MEMORY", "USAGE", k)) for k in keys]
         if sizes:
             body = len(cli(redis, "GET", keys[0]))

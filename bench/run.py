@@ -207,6 +207,10 @@ class Idem:
                 "    key: \"{header.idempotency-key}\"\n"
             )
         env = {"RUST_LOG": log_level, **(env or {})}
+        if store == "postgres":
+            # Serving runs no DDL: `idem migrate` creates the table first, as an operator does.
+            subprocess.run([bins["idem"], "migrate", "--config", config], check=True,
+                           capture_output=True)
         argv = [bins["idem"], "serve", "--config", config]
         if workers:
             argv += ["--workers", str(workers)]

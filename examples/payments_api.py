@@ -52,6 +52,11 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def send_response(self, code, message=None):
+        # Only the headers set below: no `Server` and `Date`, so the README's quick
+        # start shows exactly what this answers (tests/readme_examples.rs compares it).
+        self.send_response_only(code, message)
+
     def log_message(self, *args):
         pass
 

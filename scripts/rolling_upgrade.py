@@ -175,6 +175,15 @@ def main():
                 with open(path, "w") as f:
                     f.write(f"listen: 127.0.0.1:{port}\nadmin:\n  listen: 127.0.0.1:{admin}\n")
                     f.write(config(upstream, store))
+                if name == "postgres" and version == "old":
+                    # The table as the old release leaves it: made by its `idem migrate`
+                    # (releases before issue 34 record no schema version; the new serve
+                    # must accept that table as it is, README "PostgreSQL").
+                    subprocess.run([binary, "migrate", "--config", path], check=True)
+                if name == "postgres" and version == "new":
+                    # The release's own step before its rollout (README "PostgreSQL"): its
+                    # `idem migrate` adds what it needs while the old release serves on.
+                    subprocess.run([binary, "migrate", "--config", path], check=True)
                 procs.start(f"idem-{name}-{version}", [binary, "serve", "--config", path])
                 wait_http(f"http://127.0.0.1:{admin}/readyz")
                 idems.append(f"http://127.0.0.1:{port}")

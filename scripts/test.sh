@@ -33,8 +33,12 @@ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || need_apt+=(
 # which the test support installs into target/browser-peers/ (pip); never Playwright's
 # own browser download.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# tests/readme_examples.rs runs the README's curl examples; tests/log_colour.rs gives idem
+# a pseudo-terminal with util-linux's `script`.
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v script >/dev/null 2>&1 || need_apt+=(bsdutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "installing ${need_apt[*]} (the MCP tests run the official Python and TypeScript SDKs; the console tests a real Chromium)"
+  echo "installing ${need_apt[*]} (the MCP tests run the official Python and TypeScript SDKs; the console tests a real Chromium; the README tests curl)"
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 
-use crate::cli::{KeysArgs, ResolveArgs};
+use crate::cli::{AdminArgs, KeyTarget, ResolveArgs};
 use crate::terminal::escape;
 
 fn enc(s: &str) -> String {
@@ -20,7 +20,7 @@ fn enc(s: &str) -> String {
 }
 
 /// `/v1/keys/{route}/{key}` plus `suffix` (e.g. `/resolve`), with `?scope=` if given.
-fn key_path(args: &KeysArgs, key: &str, suffix: &str) -> Result<String, String> {
+fn key_path(args: &KeyTarget, key: &str, suffix: &str) -> Result<String, String> {
     if args.route.is_empty() {
         return Err("--route NAME is required".to_owned());
     }
@@ -33,7 +33,7 @@ fn key_path(args: &KeysArgs, key: &str, suffix: &str) -> Result<String, String> 
 
 /// Send GET/DELETE `/v1/keys/{route}/{key}`; returns the status and body text.
 pub async fn key_request(
-    args: &KeysArgs,
+    args: &KeyTarget,
     method: Method,
     key: &str,
     with_body: bool,
@@ -43,18 +43,19 @@ pub async fn key_request(
         path.push_str(if path.contains('?') { "&" } else { "?" });
         path.push_str("body=true");
     }
-    send(args, method, &path, None).await
+    send(&args.admin, method, &path, None).await
 }
 
 /// `GET /v1/unknown`, narrowed to `--route` if given.
 pub async fn unknown_request(
-    args: &KeysArgs,
+    args: &AdminArgs,
+    route: &str,
     inflight: bool,
     limit: usize,
 ) -> Result<(StatusCode, String), String> {
     let mut path = format!("/v1/unknown?limit={limit}");
-    if !args.route.is_empty() {
-        path.push_str(&format!("&route={}", enc(&args.route)));
+    if !route.is_empty() {
+        path.push_str(&format!("&route={}", enc(route)));
     }
     if inflight {
         path.push_str("&include=inflight");
@@ -63,31 +64,26 @@ pub async fn unknown_request(
 }
 
 /// `POST /v1/keys/{route}/{key}/resolve` with the outcome the flags describe.
-pub async fn resolve_request(
-    args: &KeysArgs,
-    resolve: &ResolveArgs,
-) -> Result<(StatusCode, String), String> {
+pub async fn resolve_request(resolve: &ResolveArgs) -> Result<(StatusCode, String), String> {
     let Some(key) = &resolve.key else {
-        return resolve_all_request(args, resolve).await;
+        return resolve_all_request(resolve).await;
     };
-    let path = key_path(args, key, "/resolve")?;
+    let path = key_path(&resolve.target, key, "/resolve")?;
     let body = match resolve.not_executed {
         true => json!({ "outcome": "not_executed" }),
         false => completed(resolve)?,
     };
-    send(args, Method::POST, &path, Some(body)).await
+    send(&resolve.target.admin, Method::POST, &path, Some(body)).await
 }
 
 /// `POST /v1/unknown/resolve`: every unknown outcome of `--route` as not executed.
-async fn resolve_all_request(
-    args: &KeysArgs,
-    resolve: &ResolveArgs,
-) -> Result<(StatusCode, String), String> {
-    if args.route.is_empty() {
+async fn resolve_all_request(resolve: &ResolveArgs) -> Result<(StatusCode, String), String> {
+    let target = &resolve.target;
+    if target.route.is_empty() {
         return Err("--route NAME is required with --all-unknown".to_owned());
     }
     let mut body = json!({
-        "route": args.route,
+        "route": target.route,
         "outcome": "not_executed",
         "dry_run": resolve.dry_run,
     });
@@ -97,7 +93,13 @@ async fn resolve_all_request(
     if let Some(before) = &resolve.sent_before {
         body["sent_before"] = json!(before);
     }
-    send(args, Method::POST, "/v1/unknown/resolve", Some(body)).await
+    send(
+        &target.admin,
+        Method::POST,
+        "/v1/unknown/resolve",
+        Some(body),
+    )
+    .await
 }
 
 fn completed(resolve: &ResolveArgs) -> Result<Value, String> {
@@ -124,7 +126,7 @@ fn completed(resolve: &ResolveArgs) -> Result<Value, String> {
 }
 
 async fn send(
-    args: &KeysArgs,
+    args: &AdminArgs,
     method: Method,
     path: &str,
     json: Option<Value>,

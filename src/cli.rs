@@ -24,7 +24,9 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Create the PostgreSQL table (`store.backend: postgres`) if missing, then exit.
+    /// Create or upgrade the PostgreSQL table (`store.backend: postgres`) and record its
+    /// schema version, then exit. Run it with a role that may create the table: `serve`
+    /// runs no DDL.
     Migrate {
         #[arg(long, short)]
         config: PathBuf,
@@ -62,18 +64,31 @@ pub struct ServeArgs {
 pub struct KeysArgs {
     #[command(subcommand)]
     pub action: KeyAction,
-    /// Route name.
-    #[arg(long, global = true, default_value = "")]
-    pub route: String,
-    /// Scope the key was namespaced with, if the route has one.
-    #[arg(long, global = true, default_value = "")]
-    pub scope: String,
+}
+
+/// Where the admin API is. Only on the subcommands that talk to it (not global), so
+/// that `--help` of one that talks to nothing lists none of it.
+#[derive(Debug, clap::Args)]
+pub struct AdminArgs {
     /// Admin base URL.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:9901")]
+    #[arg(long, default_value = "http://127.0.0.1:9901")]
     pub admin: String,
     /// Admin token (or IDEM_ADMIN_TOKEN).
-    #[arg(long, global = true, env = "IDEM_ADMIN_TOKEN")]
+    #[arg(long, env = "IDEM_ADMIN_TOKEN")]
     pub token: Option<String>,
+}
+
+/// One key's record: its route and scope, and the admin API to ask.
+#[derive(Debug, clap::Args)]
+pub struct KeyTarget {
+    /// Route name.
+    #[arg(long, default_value = "")]
+    pub route: String,
+    /// Scope the key was namespaced with, if the route has one.
+    #[arg(long, default_value = "")]
+    pub scope: String,
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -84,18 +99,29 @@ pub enum KeyAction {
         /// Include the stored body.
         #[arg(long)]
         body: bool,
+        #[command(flatten)]
+        target: KeyTarget,
     },
     /// Release KEY (after an incident).
-    Delete { key: String },
+    Delete {
+        key: String,
+        #[command(flatten)]
+        target: KeyTarget,
+    },
     /// List unknown outcomes (sent, result never learned, lease ended), read from the
     /// store: every replica's. `--route` narrows it to one route.
     Unknown {
+        /// Only this route's (a name neither configured nor on any record is an error).
+        #[arg(long, default_value = "")]
+        route: String,
         /// Also list the intents in flight and those waiting for their repeat.
         #[arg(long)]
         inflight: bool,
         /// At most this many of each (1-1000).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        #[command(flatten)]
+        admin: AdminArgs,
     },
     /// Record what became of the unknown outcome of KEY: `--completed --status N` (every
     /// repeat then gets that response) or `--not-executed` (the next repeat is sent once,
@@ -141,4 +167,6 @@ pub struct ResolveArgs {
     /// A response header, `name: value` (repeatable), e.g. `content-type: application/json`.
     #[arg(long = "header", conflicts_with = "not_executed")]
     pub headers: Vec<String>,
+    #[command(flatten)]
+    pub target: KeyTarget,
 }

@@ -10,6 +10,14 @@ pub fn encode_into(src: &[u8], dst: &mut [u8]) {
     let _ = faster_hex::hex_encode(src, dst);
 }
 
+/// Lowercase hex of `src`, as a string (off the hot path: trace ids for display).
+pub fn encode(src: &[u8]) -> String {
+    let mut out = vec![0u8; 2 * src.len()];
+    encode_into(src, &mut out);
+    // Hex digits are ASCII.
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// The `N` bytes `src` spells in hex (either case, as the `hex` crate accepts), or
 /// `None` when it is not exactly `2 * N` hex digits.
 pub fn decode<const N: usize>(src: &[u8]) -> Option<[u8; N]> {

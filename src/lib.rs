@@ -1,6 +1,10 @@
 //! idem: a sidecar reverse proxy that makes side-effecting tool calls safe to repeat.
 //!
 //! # Layout
+//! - [`vocabulary`]: the request's vocabulary (outcome, store operation, upstream
+//!   failure, wake-up cause, reconciliation and resolution results), a leaf that the
+//!   pipeline, the metrics and the traces all import; metrics and traces never import
+//!   the pipeline.
 //! - [`config`]: YAML → typed, validated [`config::Config`].
 //! - [`path`]: the path-template language (`/invoices/{id}`); [`route`]: the route table
 //!   built from it (matching only).
@@ -59,4 +63,5 @@ pub mod time_bound;
 pub mod tls;
 pub mod traces;
 pub mod upstream;
+pub mod vocabulary;
 pub mod workers;

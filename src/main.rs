@@ -147,12 +147,12 @@ async fn migrate(path: &std::path::Path) -> ExitCode {
     };
     let table = &pg.table;
     match idem::store::postgres::migrate(pg).await {
-        Ok(()) => {
-            println!("table {table} ready");
+        Ok(done) => {
+            println!("table {table}: {done}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("idem: cannot create table {table}: {e}");
+            eprintln!("idem: cannot migrate table {table}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -161,17 +161,31 @@ async fn migrate(path: &std::path::Path) -> ExitCode {
 async fn keys(args: KeysArgs) -> ExitCode {
     use idem::admin_client::{key_request, resolve_request, unknown_request, unknown_table};
     let answer = match &args.action {
-        KeyAction::Get { key, body } => key_request(&args, http::Method::GET, key, *body).await,
-        KeyAction::Delete { key } => key_request(&args, http::Method::DELETE, key, false).await,
-        KeyAction::Unknown { inflight, limit } => unknown_request(&args, *inflight, *limit)
+        KeyAction::Get { key, body, target } => {
+            key_request(target, http::Method::GET, key, *body).await
+        }
+        KeyAction::Delete { key, target } => {
+            key_request(target, http::Method::DELETE, key, false).await
+        }
+        KeyAction::Unknown {
+            route,
+            inflight,
+            limit,
+            admin,
+        } => unknown_request(admin, route, *inflight, *limit)
             .await
             .map(
                 |(status, text)| match (status.is_success(), serde_json::from_str(&text)) {
                     (true, Ok(listing)) => (status, unknown_table(&listing)),
+                    // A refusal's reason (an unknown route, a bad limit) as a sentence.
+                    (false, Ok(serde_json::Value::Object(o))) => match o.get("error") {
+                        Some(serde_json::Value::String(e)) => (status, format!("idem: {e}")),
+                        _ => (status, text),
+                    },
                     _ => (status, text),
                 },
             ),
-        KeyAction::Resolve(resolve) => resolve_request(&args, resolve).await,
+        KeyAction::Resolve(resolve) => resolve_request(resolve).await,
         // Local: talks to no admin API.
         KeyAction::NewEncryptionKey => {
             Ok((http::StatusCode::OK, idem::store::seal::new_key_base64()))

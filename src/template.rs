@@ -322,10 +322,8 @@ fn has_float(value: &Value) -> bool {
 fn body_hash(body: &BodyView) -> Result<String, RenderError> {
     body.json().ok_or(RenderError::BodyNotJson)?;
     let (_, bytes) = body.identity_bytes();
-    Ok(hex::encode(ring::digest::digest(
-        &ring::digest::SHA256,
-        bytes,
-    )))
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    Ok(crate::fast_hex::encode(digest.as_ref()))
 }
 
 /// First occurrence of `name` in an `application/x-www-form-urlencoded` query: names and

@@ -122,6 +122,46 @@ async fn health_readiness_and_metrics_after_known_traffic() {
     );
 }
 
+/// A record in flight shows its lease's end (`lease_ends_at`) and, apart from it, its
+/// own end (`expires_at`: the retention, which the record outlives its lease by), as
+/// every store keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_flight_record_shows_its_lease_and_its_own_end() {
+    const SLOW: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n    lease: 30s\n    retention: 1h\n";
+    for backend in [Backend::memory(), Backend::redis(), Backend::postgres()] {
+        let env = Env::new(backend).await;
+        let idem = env.idem_with_timeout(SLOW, "10s").await;
+        let call = url(&idem, "/invoices/k1/charge");
+        let running =
+            tokio::spawn(async move { post(&call, &[("x-mock-delay-ms", "2000")], "{}").await });
+        let path = admin_url(&idem, "/v1/keys/charge/charge%3Ak1");
+        let v = eventually(Duration::from_secs(5), "the record in flight", async || {
+            let r = send("GET", &path, &[], "").await;
+            (r.status == 200).then(|| r.json())
+        })
+        .await;
+        assert_eq!(v["state"], "in_progress", "{v}");
+        let at = |field: &str| {
+            let text = v[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {field} in {v}"));
+            humantime::parse_rfc3339(text).unwrap()
+        };
+        let created = at("created_at");
+        let lease = at("lease_ends_at").duration_since(created).unwrap();
+        let life = at("expires_at").duration_since(created).unwrap();
+        assert!(
+            lease > Duration::from_secs(25) && lease <= Duration::from_secs(31),
+            "lease {lease:?}: {v}"
+        );
+        assert!(
+            life > Duration::from_secs(3590) && life <= Duration::from_secs(3601),
+            "record {life:?}: {v}"
+        );
+        assert_eq!(running.await.unwrap().status, 201);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_admin_shows_and_releases_records() {
     for backend in [Backend::memory(), Backend::redis(), Backend::postgres()] {

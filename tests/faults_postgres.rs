@@ -121,7 +121,7 @@ async fn eventually_replayed(url: &str) -> support::harness::Resp {
 /// executed exactly once, and every answer given is replayed after the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_to_a_synchronous_standby_executes_no_intent_twice() {
-    let mut primary = PgServer::start();
+    let mut primary = support::store::migrated_postgres();
     let standby = PgServer::standby_of(&primary);
     primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'standby'");
     primary.psql("SELECT pg_reload_conf()");

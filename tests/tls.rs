@@ -170,13 +170,14 @@ async fn postgres_store_over_tls_per_sslmode() {
     let _panics = crate::support::panics::watched();
     use idem::store::{PostgresStore, Store};
     use support::postgres::PgServer;
-    use support::store::{in_progress, key, postgres_config};
+    use support::store::{in_progress, key, migrate, postgres_config};
 
     let certs = pki();
     let server = PgServer::start_tls(
         &certs.dir.path().join("server.pem"),
         &certs.dir.path().join("server.key"),
     );
+    migrate(&server.url());
     let ca = certs.dir.path().join("ca.pem");
     let url = |query: &str| {
         format!(

@@ -427,9 +427,10 @@ async fn only_an_unknown_outcome_is_resolved_and_only_once() {
     let stored = get(&idem, "/v1/keys/charge/charge%3Arace?body=true")
         .await
         .json();
-    let winner = won[0].json();
+    let winner = answers.iter().position(|r| r.status == 200).unwrap();
     assert_eq!(
-        stored["expires_at"], winner["expires_at"],
+        stored["body"],
+        json!(format!("operator {winner}")),
         "the winner's outcome stays"
     );
     let metrics = get(&idem, "/metrics").await.text();
@@ -579,6 +580,15 @@ async fn cli_lists_and_resolves() {
     assert!(
         !only.contains("charge:cli1") && only.contains("acme"),
         "{only}"
+    );
+    // A typo in the route name is named, and exits non-zero: not "no unknown outcomes".
+    let (code, out) = tokio::task::block_in_place(|| cli(&["unknown", "--route", "nosuch"]));
+    assert_eq!(
+        (code, out.trim()),
+        (
+            Some(1),
+            "idem: no route named \"nosuch\" in the loaded configuration (routes: charge, refund) and no record of it in the store"
+        )
     );
 
     let dir = tempfile::tempdir().unwrap();

@@ -163,7 +163,7 @@ async fn sentinel_master_killed_forgets_no_unknown_outcome() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_standby_promoted_forgets_no_unknown_outcome() {
-    let mut primary = PgServer::start();
+    let mut primary = support::store::migrated_postgres();
     let standby = PgServer::standby_of(&primary);
     primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'standby'");
     primary.psql("SELECT pg_reload_conf()");

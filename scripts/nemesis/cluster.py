@@ -116,6 +116,11 @@ class Replica:
         with open(self.config, "w") as f:
             f.write(f"listen: 127.0.0.1:{self.port}\nadmin:\n  listen: 127.0.0.1:{self.admin}\n")
             f.write(config_body)
+        if "backend: postgres" in config_body:
+            # Serving runs no DDL: the table is created by `idem migrate`, as an operator
+            # runs it before serving (each replica's run after the first changes nothing).
+            subprocess.run([binary, "migrate", "-c", self.config], check=True,
+                           capture_output=True)
         self.set_clock(0)
         self.proc = None
         self.start()

@@ -24,9 +24,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::reply::{error, json_response, AdminResponse};
-use super::unknown::{self, Intent};
+use super::unknown;
 use super::Admin;
-use crate::metrics::Resolution;
+use crate::store::Phase;
+use crate::vocabulary::Resolution;
 
 /// A bulk resolution is a few short fields.
 const LIMIT: usize = 4 << 10;
@@ -108,7 +109,7 @@ pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminR
     };
     let matched: Vec<_> = records
         .iter()
-        .filter(|(_, r)| r.route == asked.route && Intent::of(r, now) == Intent::Unknown)
+        .filter(|(_, r)| r.route == asked.route && r.phase(now) == Phase::Unknown)
         .filter(|(_, r)| after.is_none_or(|t| r.sent_at_ms >= t))
         .filter(|(_, r)| before.is_none_or(|t| r.sent_at_ms < t))
         .collect();

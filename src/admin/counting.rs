@@ -9,12 +9,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::keys::any_store;
-use super::unknown::Intent;
+use super::records::any_store;
 use super::Admin;
 use crate::key::StoreKey;
 use crate::metrics::RecordCounts;
-use crate::store::{Record, StoreError};
+use crate::store::{Phase, Record, StoreError};
 
 /// How often the gauges are counted from the store when nobody asks.
 pub(super) const COUNT_EVERY: Duration = Duration::from_secs(30);
@@ -44,12 +43,12 @@ pub(super) async fn count(admin: &Admin, records: &[(StoreKey, Record)], now: u6
     let mut per_route: HashMap<String, i64> = HashMap::new();
     let mut counts = RecordCounts::default();
     for (_, record) in records {
-        match Intent::of(record, now) {
-            Intent::Unknown => {
+        match record.phase(now) {
+            Phase::Unknown => {
                 *per_route.entry(record.route.clone()).or_default() += 1;
                 counts.unknown += 1;
             }
-            Intent::NotExecuted => counts.not_executed += 1,
+            Phase::NotExecuted => counts.not_executed += 1,
             _ => counts.in_flight += 1,
         }
     }

@@ -26,6 +26,7 @@ mod console;
 mod counting;
 mod guard;
 mod keys;
+mod records;
 mod reply;
 mod resolve;
 mod unknown;
@@ -48,7 +49,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-pub use self::keys::describe;
+pub use self::records::describe;
 use self::reply::{error, json_response, text, AdminResponse};
 use crate::metrics::Exposition;
 use crate::proxy::Control;
@@ -157,7 +158,11 @@ async fn route(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Admin
         (&Method::POST, "/v1/unknown/resolve") => bulk::resolve_all(admin, req).await,
         (_, "/v1/unknown/resolve") => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
         (_, "/v1/unknown") => error(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
-        (_, p) if p.starts_with("/v1/keys/") => keys::handle(admin, req).await,
+        (_, p) if p.starts_with("/v1/keys/") => match keys::target(&req) {
+            Ok(target) if target.resolving => resolve::resolve(admin, &target.at, req).await,
+            Ok(target) => keys::handle(admin, target, req.method()).await,
+            Err(refused) => *refused,
+        },
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -182,10 +187,7 @@ async fn ready(admin: &Admin) -> AdminResponse {
     };
     match tokio::time::timeout(admin.store_timeout, all).await {
         Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
-        Ok(Err(e)) => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("store unavailable: {e}\n"),
-        ),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         Err(_) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "store unavailable: timeout\n",

@@ -25,12 +25,13 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::keys::{any_store, describe, read_at, KeyRef};
+use super::records::{any_store, describe, read_at, KeyRef};
 use super::reply::{error, json_response, problem, AdminResponse};
-use super::unknown::Intent;
 use super::Admin;
-use crate::metrics::Resolution;
-use crate::store::{Settled, StoredResponse};
+use crate::proxy::capture::CREDENTIAL_HEADERS;
+use crate::proxy::headers::is_hop_by_hop;
+use crate::store::{Phase, Settled, StoredResponse};
+use crate::vocabulary::Resolution;
 
 /// Room in a resolution for its JSON around the body: outcome, status, headers.
 const ENVELOPE_BYTES: usize = 64 << 10;
@@ -44,25 +45,12 @@ fn read_limit(max_body: usize) -> usize {
     max_body.saturating_mul(2).saturating_add(ENVELOPE_BYTES)
 }
 
-/// Headers a resolution may not set: connection-scoped ones, the length (computed when
-/// replaying), and those carrying credentials (never stored, SPEC §1 "Stored responses").
-const REFUSED_HEADERS: [&str; 15] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-    "set-cookie",
-    "authorization",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "www-authenticate",
-    "authentication-info",
-    "proxy-authentication-info",
-];
+/// Whether a resolution may not set `name`: connection-scoped headers (the proxy's own
+/// list), the length (computed when replaying), and those carrying credentials (never
+/// stored, SPEC §1 "Stored responses": the capture's own list).
+fn refused_header(name: &HeaderName) -> bool {
+    is_hop_by_hop(name) || name == header::CONTENT_LENGTH || CREDENTIAL_HEADERS.contains(name)
+}
 
 const SHAPE: &str = r#"send {"outcome": "completed", "status": 201, "headers": {...}, "body": "..."} or {"outcome": "not_executed"}"#;
 
@@ -159,9 +147,9 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
     // Judged on the store's clock; the fenced write judges again on it.
-    let intent = Intent::of(&record, now);
-    if intent != Intent::Unknown {
-        return conflict(intent, intent.why_not_unknown());
+    let phase = record.phase(now);
+    if phase != Phase::Unknown {
+        return conflict(phase.as_str(), why_not_unknown(phase));
     }
     let (settled, counted) = match outcome {
         Some(response) => {
@@ -186,10 +174,10 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
             admin.control.metrics().resolved(&at.route, counted);
             let outcome: &str = counted.into();
             tracing::info!(route = %at.route, key = %at.store_key, outcome, "unknown outcome resolved by an operator");
-            json_response(StatusCode::OK, &describe(&settled, false, now))
+            json_response(StatusCode::OK, &describe(&settled, false, now, None))
         }
         Ok(false) => conflict(
-            Intent::Changed,
+            "changed",
             "the record changed while it was being resolved (a repeat took it over, or \
              someone resolved it first); nothing was changed: read it again",
         ),
@@ -200,10 +188,19 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
     }
 }
 
-fn conflict(intent: Intent, why: &str) -> AdminResponse {
-    let body =
-        json!({ "error": format!("not an unknown outcome: {why}"), "state": intent.as_str() });
+/// 409 with the record's `state` (a phase, or `changed` after a refused write).
+fn conflict(state: &str, why: &str) -> AdminResponse {
+    let body = json!({ "error": format!("not an unknown outcome: {why}"), "state": state });
     json_response(StatusCode::CONFLICT, &body)
+}
+
+fn why_not_unknown(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Completed => "it is completed (its outcome is recorded)",
+        Phase::InFlight => "its lease is live: the call is still in flight",
+        Phase::NotExecuted => "it was resolved as not executed; the next repeat forwards it",
+        Phase::Unknown => "it changed",
+    }
 }
 
 /// The stored response an operator described, checked like one idem would store.
@@ -241,7 +238,7 @@ fn response(
                 "header name {name:?} is not a valid HTTP header name"
             ))
         })?;
-        if REFUSED_HEADERS.contains(&parsed.as_str()) {
+        if refused_header(&parsed) {
             return Err(bad(format!(
                 "header {name:?} cannot be recorded: it is connection-scoped, computed when \
                  replaying, or carries credentials"

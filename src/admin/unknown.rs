@@ -16,11 +16,11 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::keys::{any_store, time};
+use super::records::{any_store, time};
 use super::reply::{error, json_response, param, AdminResponse};
 use super::Admin;
 use crate::key::StoreKey;
-use crate::store::{Record, Settled, Store, StoreError};
+use crate::store::{Phase, Record, Store, StoreError};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -28,54 +28,6 @@ const MAX_LIMIT: usize = 1000;
 /// first, so unknown outcomes are never cut in favour of calls in flight: the count is
 /// exact below this many unknown outcomes at once.
 pub(super) const READ_CAP: usize = 10_000;
-
-/// What an intent is, for an operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Intent {
-    /// Its lease ended without an outcome, and nobody settled it.
-    Unknown,
-    /// Its lease is live: its owner is still at it.
-    InFlight,
-    /// Resolved as not executed: the next repeat forwards it.
-    NotExecuted,
-    Completed,
-    /// Not what it was when read (only after a refused write).
-    Changed,
-}
-
-impl Intent {
-    pub(super) fn of(record: &Record, now_ms: u64) -> Intent {
-        match (
-            record.is_completed(),
-            record.settled,
-            record.lease_ended(now_ms),
-        ) {
-            (true, _, _) => Intent::Completed,
-            (false, Some(Settled::NotExecuted), _) => Intent::NotExecuted,
-            (false, _, true) => Intent::Unknown,
-            (false, _, false) => Intent::InFlight,
-        }
-    }
-
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Intent::Unknown => "unknown",
-            Intent::InFlight => "in_flight",
-            Intent::NotExecuted => "not_executed",
-            Intent::Completed => "completed",
-            Intent::Changed => "changed",
-        }
-    }
-
-    pub(super) fn why_not_unknown(self) -> &'static str {
-        match self {
-            Intent::Completed => "it is completed (its outcome is recorded)",
-            Intent::InFlight => "its lease is live: the call is still in flight",
-            Intent::NotExecuted => "it was resolved as not executed; the next repeat forwards it",
-            Intent::Unknown | Intent::Changed => "it changed",
-        }
-    }
-}
 
 pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
     let limit = match param(query, "limit").map(|l| l.parse::<usize>()) {
@@ -105,10 +57,25 @@ pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
         .iter()
         .filter(|(_, r)| route.as_deref().is_none_or(|name| r.route == name));
     for (_, record) in wanted {
-        match Intent::of(record, now) {
-            Intent::Unknown => unknown.push(item(record, Intent::Unknown)),
-            intent if with_inflight => inflight.push(item(record, intent)),
+        match record.phase(now) {
+            Phase::Unknown => unknown.push(item(record, Phase::Unknown)),
+            phase if with_inflight => inflight.push(item(record, phase)),
             _ => {}
+        }
+    }
+    // A typo in a route name must not read as "nothing unknown": a name neither in the
+    // configuration nor on any record is refused, naming the routes there are. (A
+    // route removed by a reload may still have records: those are listed.)
+    let routes = admin.control.routes();
+    if let Some(name) = route.as_deref() {
+        let configured = routes.iter().any(|r| r.name == name);
+        if !configured && unknown.is_empty() && inflight.is_empty() {
+            let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+            let message = format!(
+                "no route named {name:?} in the loaded configuration (routes: {}) and no record of it in the store",
+                names.join(", ")
+            );
+            return error(StatusCode::NOT_FOUND, message);
         }
     }
     let truncated = unknown.len() > limit || inflight.len() > limit;
@@ -116,7 +83,7 @@ pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
     inflight.truncate(limit);
     let mut body = json!({
         "now": time(now),
-        "routes": admin.control.routes().iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+        "routes": routes.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
         "truncated": truncated,
         "unknown": unknown,
     });
@@ -126,18 +93,18 @@ pub(super) async fn list(admin: &Admin, query: Option<&str>) -> AdminResponse {
     json_response(StatusCode::OK, &body)
 }
 
-fn item(record: &Record, intent: Intent) -> Value {
+fn item(record: &Record, phase: Phase) -> Value {
     let mut v = json!({
         "route": record.route,
         "key": record.key,
         "scope": record.scope,
         "attempt": record.attempt,
-        "state": intent.as_str(),
+        "state": phase.as_str(),
         "first_sent_at": time(record.sent_at_ms),
     });
     let lease_end = time(record.expires_at_ms);
-    match intent {
-        Intent::InFlight => v["lease_ends_at"] = json!(lease_end),
+    match phase {
+        Phase::InFlight => v["lease_ends_at"] = json!(lease_end),
         _ => v["lease_ended_at"] = json!(lease_end),
     }
     if let Some(link) = &record.trace {

@@ -7,7 +7,7 @@
 use super::units::format_duration;
 use super::{Config, OnConcurrent, RedisMode, RoutePolicy, StoreBackend};
 
-const HEADERS: [&str; 9] = [
+const HEADERS: [&str; 11] = [
     "ROUTE",
     "METHODS",
     "PATH",
@@ -17,6 +17,8 @@ const HEADERS: [&str; 9] = [
     "ON_CONCURRENT",
     "ON_FAILURE",
     "ON_AMBIGUOUS",
+    "ON_UNKNOWN",
+    "UPSTREAM_KEY_WINDOW",
 ];
 
 impl Config {
@@ -115,6 +117,11 @@ fn row(r: &RoutePolicy) -> Vec<Vec<String>> {
         vec![on_concurrent],
         vec![r.on_failure.to_string()],
         vec![r.on_ambiguous.to_string()],
+        vec![r.on_unknown.to_string()],
+        // No window: `retry` forwards again whenever the lease has ended.
+        vec![r
+            .upstream_key_window
+            .map_or("-".to_string(), format_duration)],
     ]
 }
 

@@ -132,7 +132,7 @@ pub fn classify(body: &BodyView, headers: &HeaderMap, route: &McpRoute) -> Messa
 fn args_hash(tool: &str, arguments: Option<&Value>) -> String {
     let empty = Value::Object(serde_json::Map::new());
     let canonical = canonical::to_vec(arguments.filter(|a| !a.is_null()).unwrap_or(&empty));
-    hex::encode(crate::key::hash_fields(&[tool.as_bytes(), &canonical]))
+    crate::fast_hex::encode(&crate::key::hash_fields(&[tool.as_bytes(), &canonical]))
 }
 
 #[cfg(test)]

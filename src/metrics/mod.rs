@@ -35,7 +35,7 @@ use prometheus_client::registry::Registry;
 
 use latency::LatencyBuckets;
 
-pub use crate::proxy::{Outcome, StoreOp};
+pub use crate::vocabulary::{Outcome, StoreOp, UpstreamFailure, WokenBy};
 
 impl EncodeLabelValue for Outcome {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
@@ -60,26 +60,6 @@ pub struct StoreLabels {
     pub op: StoreOp,
 }
 
-/// Why a protected upstream call got no final answer (`idem_upstream_failures_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UpstreamFailure {
-    /// Never sent (connect refused, DNS): 502, safe to retry.
-    NotSent,
-    /// Timeout or reset after sending: 504, outcome unknown.
-    Ambiguous,
-}
-
-impl UpstreamFailure {
-    pub const ALL: [UpstreamFailure; 2] = [UpstreamFailure::NotSent, UpstreamFailure::Ambiguous];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpstreamFailure::NotSent => "not_sent",
-            UpstreamFailure::Ambiguous => "ambiguous",
-        }
-    }
-}
-
 impl EncodeLabelValue for UpstreamFailure {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         encoder.write_str(self.as_str())
@@ -89,16 +69,6 @@ impl EncodeLabelValue for UpstreamFailure {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct UpstreamFailureLabels {
     pub reason: UpstreamFailure,
-}
-
-/// What woke a waiting duplicate (`idem_duplicate_wakeups_total`): the store's change
-/// notification, or the safety re-check at the end of its nap. Timer wake-ups that
-/// outnumber notifications mean the store's notifications do not arrive (a Redis ACL
-/// without `+subscribe`, a proxy that drops pub/sub, PostgreSQL `LISTEN` refused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WokenBy {
-    Notification,
-    Timer,
 }
 
 impl EncodeLabelValue for WokenBy {
@@ -422,7 +392,7 @@ mod tests {
         }));
         want.push(r#"idem_upstream_failures_total{reason="not_sent"} 0"#.into());
         want.push(r#"idem_upstream_failures_total{reason="ambiguous"} 0"#.into());
-        assert_eq!(want.len(), 7 + 5 + 2);
+        assert_eq!(want.len(), 8 + 5 + 2);
         for series in want {
             assert!(text.lines().any(|l| l == series), "{series}:\n{text}");
         }

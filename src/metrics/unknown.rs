@@ -18,31 +18,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use strum::{EnumIter, IntoEnumIterator, IntoStaticStr};
+use strum::IntoEnumIterator;
 
-use super::Metrics;
+pub use crate::vocabulary::{Reconciliation, Resolution};
 
-/// What an operator recorded for an unknown outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr, EnumIter)]
-#[strum(serialize_all = "snake_case")]
-pub enum Resolution {
-    Completed,
-    NotExecuted,
-}
-
-/// What a reconciliation lookup said: the call happened, it did not, or no answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr, EnumIter)]
-#[strum(serialize_all = "snake_case")]
-pub enum Reconciliation {
-    Found,
-    Absent,
-    Failed,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct RouteLabel {
-    route: String,
-}
+use super::{Metrics, RouteLabel};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResolutionLabels {

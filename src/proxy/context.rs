@@ -7,9 +7,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::outcome::StoreOp;
 use super::Worker;
 use crate::traces::RequestTrace;
+use crate::vocabulary::StoreOp;
 
 /// One protected request's context. Cheap to clone (the detached call takes a clone):
 /// an `Arc` and, when traces are on, a boxed span context.

@@ -18,10 +18,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::intent::Intent;
-use super::outcome::Outcome;
 use super::problem::{self, Problem, UnknownBecause};
 use crate::config::{OnAmbiguous, OnFailure, OnUnknown, RoutePolicy};
 use crate::store::{Record, RecordState, Settled, StoredResponse, Token};
+use crate::vocabulary::Outcome;
 
 /// The longest a waiting duplicate sleeps between looks at the record: a safety net
 /// against a lost wake-up notification.

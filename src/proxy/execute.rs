@@ -25,9 +25,9 @@ use super::problem::{self, ProblemFormat};
 use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::mcp::ToolCall;
-use crate::metrics::UpstreamFailure;
 use crate::store::seal::Keyring;
 use crate::store::Record;
+use crate::vocabulary::UpstreamFailure;
 
 /// One owned reservation about to be executed upstream.
 pub struct Call {

@@ -36,7 +36,7 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 /// Whether `name` is one of [`HOP_BY_HOP`]: a match on the (lowercase) name, which
 /// compiles to a length switch and one comparison, where scanning the array compares
 /// `HeaderName`s one by one (measured: ~900 instructions per request more).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
         "connection"

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::context::RequestContext;
-use super::outcome::StoreOp;
 use super::Worker;
 use crate::key::StoreKey;
 use crate::store::seal::Keyring;
 use crate::store::{Record, StoredResponse, Token};
+use crate::vocabulary::StoreOp;
 
 pub struct LeaseHolder {
     /// The request's context: its store round trips are timed and traced there.

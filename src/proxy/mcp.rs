@@ -22,13 +22,13 @@ use super::exchange;
 use super::forward::upstream_request;
 use super::idempotency::{protect_read, Inbound};
 use super::intent::read_body;
-use super::outcome::Outcome;
 use super::problem::{self, ProblemFormat};
 use super::{Handled, Worker};
 use crate::body::BodyView;
 use crate::mcp::sse::{is_event_stream, EventSplitter};
 use crate::mcp::{classify, hint, tools_list, HeaderHint, McpRoute, Message};
 use crate::upstream::ResponseBody;
+use crate::vocabulary::Outcome;
 
 pub async fn handle(
     cx: &RequestContext,

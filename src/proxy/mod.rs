@@ -18,7 +18,7 @@
 
 mod body;
 mod breaker;
-mod capture;
+pub mod capture;
 mod context;
 mod control;
 mod decide;
@@ -31,7 +31,6 @@ mod intent;
 mod lease;
 mod mcp;
 mod outbound;
-mod outcome;
 pub mod problem;
 mod replay;
 mod request_id;
@@ -50,9 +49,9 @@ use tokio_util::task::TaskTracker;
 pub use body::{BoxError, ProxyBody, UpstreamBody};
 use problem::ProblemFormat;
 
+pub use crate::vocabulary::{Outcome, StoreOp};
 pub use context::RequestContext;
 pub use control::{Control, Reloadable};
-pub use outcome::{Outcome, StoreOp};
 
 use crate::config::{DefaultAction, UpstreamConfig};
 use crate::key::StoreKey;

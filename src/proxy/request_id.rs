@@ -20,14 +20,14 @@ pub fn ensure(headers: &mut HeaderMap) -> HeaderValue {
     static PREFIX: OnceLock<[u8; 8]> = OnceLock::new();
     let prefix = PREFIX.get_or_init(|| {
         let mut hex = [0u8; 8];
-        // 8 hex digits for 4 bytes: cannot fail.
-        let _ = hex::encode_to_slice(rand::random::<u32>().to_be_bytes(), &mut hex);
+        // 8 hex digits for 4 bytes.
+        crate::fast_hex::encode_into(&rand::random::<u32>().to_be_bytes(), &mut hex);
         hex
     });
     // `<prefix>-<counter in hex, no leading zeros>`.
     let mut digits = [0u8; 16];
-    // 16 hex digits for 8 bytes: cannot fail.
-    let _ = hex::encode_to_slice(next_number().to_be_bytes(), &mut digits);
+    // 16 hex digits for 8 bytes.
+    crate::fast_hex::encode_into(&next_number().to_be_bytes(), &mut digits);
     let first = digits.iter().position(|&d| d != b'0').unwrap_or(15);
     let mut text = [0u8; 25];
     let len = 9 + 16 - first;

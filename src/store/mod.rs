@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
-pub use record::{Record, RecordState, Settled, Stamp, StoredResponse, Token};
+pub use record::{Phase, Record, RecordState, Settled, Stamp, StoredResponse, Token};
 pub use redis::RedisStore;
 pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
@@ -59,7 +59,10 @@ pub enum Reserve {
     /// The key was absent; the caller's record is now stored and the caller owns it.
     Won,
     /// Someone else's record is there, read at this time of the **store's** clock
-    /// (unix ms): its lease is judged against that, never against a proxy's clock.
+    /// (unix ms): its lease is judged against that, never against a proxy's clock. A
+    /// completed record has no lease, and what a repeat of it gets never reads the
+    /// clock, so Redis does not send it: 0 then (the reply's shape costs the client
+    /// more than the rest of a replay's parsing, see `redis/scripts.rs`).
     Exists(Record, u64),
 }
 
@@ -194,6 +197,16 @@ impl Store {
         dispatch_op!(self, s => s.get(key))
     }
 
+    /// As [`Store::get`], with how long the record itself remains: its own life (the
+    /// route's retention from its last write), which an in-progress record's lease is
+    /// only the first part of. One round trip; for the admin view.
+    pub async fn get_with_life(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<(Record, Duration)>, StoreError> {
+        dispatch_op!(self, s => s.get_with_life(key))
+    }
+
     /// Unconditional delete (admin), waking watchers. Returns whether a record existed.
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         dispatch_op!(self, s => s.delete(key))
@@ -208,7 +221,7 @@ impl Store {
     /// The in-progress records (unknown outcomes and calls in flight), those whose lease
     /// ends first first, at most `limit` (`usize::MAX`: all). An admin operation, whose
     /// cost follows the records not completed: Redis reads its open index, PostgreSQL
-    /// its `in_progress` partial index; memory walks its shards.
+    /// its `in_progress` partial index, memory its per-shard set of open records.
     pub async fn list_in_progress(
         &self,
         limit: usize,

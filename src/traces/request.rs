@@ -21,7 +21,7 @@ use opentelemetry_sdk::trace::Span;
 use super::Traces;
 use crate::config::RoutePolicy;
 use crate::key::StoreKey;
-use crate::proxy::{Outcome, StoreOp};
+use crate::vocabulary::{Outcome, StoreOp};
 
 /// The trace and span of the execution that produced a record, kept in the record so a
 /// replay's span can link to it. Written as `<32 hex>-<16 hex>`.
@@ -218,8 +218,8 @@ fn inject(headers: &mut HeaderMap, parent: &SpanContext) {
     // "00-" trace id (32 hex) "-" span id (16 hex) "-" flags (2 hex)
     let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
     let hex_into = |bytes: &[u8], out: &mut [u8]| {
-        // The lengths are fixed above: this cannot fail.
-        let _ = hex::encode_to_slice(bytes, out);
+        // The lengths are fixed above.
+        crate::fast_hex::encode_into(bytes, out);
     };
     hex_into(&parent.trace_id().to_bytes(), &mut value[3..35]);
     hex_into(&parent.span_id().to_bytes(), &mut value[36..52]);
@@ -253,17 +253,14 @@ impl TraceLink {
     /// Parse the `Display` form.
     pub fn parse(text: &str) -> Option<TraceLink> {
         let (trace, span) = text.split_once('-')?;
-        let mut link = TraceLink {
-            trace_id: [0; 16],
-            span_id: [0; 8],
-        };
-        hex::decode_to_slice(trace, &mut link.trace_id).ok()?;
-        hex::decode_to_slice(span, &mut link.span_id).ok()?;
-        Some(link)
+        Some(TraceLink {
+            trace_id: crate::fast_hex::decode(trace.as_bytes())?,
+            span_id: crate::fast_hex::decode(span.as_bytes())?,
+        })
     }
 
     pub fn trace_id_hex(&self) -> String {
-        hex::encode(self.trace_id)
+        crate::fast_hex::encode(&self.trace_id)
     }
 }
 
@@ -272,9 +269,9 @@ impl TraceLink {
     /// writes it on every traced reservation).
     pub fn hex(&self) -> [u8; 49] {
         let mut out = [b'-'; 49];
-        // 32 and 16 bytes of room for 16 and 8 bytes of input: cannot fail.
-        let _ = hex::encode_to_slice(self.trace_id, &mut out[..32]);
-        let _ = hex::encode_to_slice(self.span_id, &mut out[33..]);
+        // 32 and 16 bytes of room for 16 and 8 bytes of input.
+        crate::fast_hex::encode_into(&self.trace_id, &mut out[..32]);
+        crate::fast_hex::encode_into(&self.span_id, &mut out[33..]);
         out
     }
 }

@@ -4,12 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use idem::store::{Reserve, Store, StoreError};
+use idem::store::{Reserve, Store};
 use tokio::time::{sleep, timeout};
 
 use super::support::postgres::PgServer;
 use super::support::store::{
-    completed, in_progress, key, listening, postgres_config, unclocked, wait_listening, HANG,
+    completed, in_progress, key, listening, migrated_postgres, postgres_config, unclocked,
+    wait_listening, HANG,
 };
 use super::{assert_failing_fast, wait_recovered, won, LEASE, RETENTION};
 
@@ -28,7 +29,7 @@ async fn store(server: &PgServer) -> Store {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_rows_an_operator_can_query() {
     let _panics = crate::support::panics::watched();
-    let server = PgServer::start();
+    let server = migrated_postgres();
     let store = store(&server).await;
     let mine = in_progress(LEASE);
     store.reserve(&key(0xab), &mine, LEASE).await.unwrap();
@@ -56,7 +57,7 @@ async fn records_are_rows_an_operator_can_query() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_rows_are_never_replayed_even_before_deletion() {
     let _panics = crate::support::panics::watched();
-    let server = PgServer::start();
+    let server = migrated_postgres();
     let store = store(&server).await;
     let mine = in_progress(LEASE);
     store.reserve(&key(1), &mine, LEASE).await.unwrap();
@@ -100,7 +101,7 @@ async fn expired_rows_are_never_replayed_even_before_deletion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_rows_are_purged_in_the_background() {
     let _panics = crate::support::panics::watched();
-    let server = PgServer::start();
+    let server = migrated_postgres();
     let store = store(&server).await;
     let live = in_progress(LEASE);
     store.reserve(&key(1), &live, LEASE).await.unwrap();
@@ -120,19 +121,44 @@ async fn expired_rows_are_purged_in_the_background() {
     );
 }
 
+/// A dropped table is not created again behind the operator's back (serving runs no
+/// DDL): the store turns unready, saying to run `idem migrate`, and ready again by
+/// itself once it has run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_table_is_created_again() {
+async fn a_dropped_table_asks_for_idem_migrate_then_recovers() {
     let _panics = crate::support::panics::watched();
-    let server = PgServer::start();
+    let server = migrated_postgres();
     let store = store(&server).await;
+    wait_recovered(&store, RECOVERY).await;
     server.psql("DROP TABLE idem_records");
     let err = store.get(&key(1)).await.unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("idem_records\" does not exist (SQLSTATE 42P01)"),
+        "PostgreSQL's reason: {err}"
+    );
+    // Unready at once with that reason, then with what to run once the table is checked.
     let start = Instant::now();
-    while store.ping().await.is_err() {
-        assert!(start.elapsed() < RECOVERY, "table not re-created");
+    loop {
+        let reason = store.ping().await.unwrap_err().to_string();
+        if reason.contains("table idem_records does not exist") {
+            assert!(
+                reason.contains("run `idem migrate"),
+                "what to run: {reason}"
+            );
+            break;
+        }
+        assert!(start.elapsed() < RECOVERY, "not checked again: {reason}");
         sleep(Duration::from_millis(100)).await;
     }
+    sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        server.psql("SELECT to_regclass('idem_records') IS NULL"),
+        "t",
+        "serving created no table"
+    );
+    super::support::store::migrate(&server.url());
+    wait_recovered(&store, RECOVERY).await;
     assert!(won(store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
         .await));
@@ -141,7 +167,7 @@ async fn a_dropped_table_is_created_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
     let _panics = crate::support::panics::watched();
-    let mut server = PgServer::start();
+    let mut server = migrated_postgres();
     let (a, b) = (
         listening(&server.url()).await,
         listening(&server.url()).await,
@@ -184,7 +210,7 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_database_times_out_then_recovers() {
     let _panics = crate::support::panics::watched();
-    let server = PgServer::start();
+    let server = migrated_postgres();
     let store = store(&server).await;
     store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
@@ -203,7 +229,7 @@ async fn frozen_database_times_out_then_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_while_the_database_is_down() {
     let _panics = crate::support::panics::watched();
-    let mut server = PgServer::start();
+    let mut server = migrated_postgres();
     server.kill();
     let store = Store::Postgres(
         idem::store::PostgresStore::connect(&postgres_config(&server.url()))
@@ -218,8 +244,9 @@ async fn starts_while_the_database_is_down() {
         .await));
 }
 
-/// `idem migrate` creates the table for a role-separated deployment, and says why it
-/// does nothing for another backend.
+/// `idem migrate` creates the table for a role-separated deployment and records its
+/// schema version, says so, changes nothing on a second run, and says why it does
+/// nothing for another backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idem_migrate_creates_the_table() {
     let _panics = crate::support::panics::watched();
@@ -253,13 +280,17 @@ async fn idem_migrate_creates_the_table() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "table intents ready"
+        "table intents: created at schema version 2"
     );
     assert_eq!(
-        server.psql("SELECT to_regclass('intents') IS NOT NULL"),
-        "t"
+        server.psql("SELECT obj_description('intents'::regclass, 'pg_class')"),
+        "idem schema version 2 (written by idem migrate; idem serve checks it)"
     );
-    assert!(run(&pg).status.success(), "a second run changes nothing");
+    let again = run(&pg);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        "table intents: already at schema version 2, nothing to do"
+    );
     let memory = write("memory.yaml", "store:\n  backend: memory\n");
     let out = run(&memory);
     assert_eq!(out.status.code(), Some(64));

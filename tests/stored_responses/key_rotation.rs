@@ -71,6 +71,14 @@ fn a_new_key_from_the_cli_is_accepted_and_never_echoed() {
     assert_eq!(bytes.len(), 32);
     let again = run(&["keys", "new-encryption-key"]);
     assert_ne!(again.stdout, key.as_bytes(), "fresh every time");
+    // It talks to nothing: its help lists none of the admin API's flags (which `keys
+    // get`'s does).
+    let help = |sub: &str| String::from_utf8(run(&["keys", sub, "--help"]).stdout).unwrap();
+    let flags = ["--route", "--scope", "--admin", "--token"];
+    let local = help("new-encryption-key");
+    assert!(flags.iter().all(|f| !local.contains(f)), "{local}");
+    let get = help("get");
+    assert!(flags.iter().all(|f| get.contains(f)), "{get}");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("k1");
     std::fs::write(&file, &key).unwrap();

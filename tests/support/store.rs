@@ -79,8 +79,9 @@ impl Backend {
         Backend::RedisSentinel(RedisSentinelSet::start_without_failover(1))
     }
 
+    /// A private PostgreSQL with the table migrated, as an operator sets it up.
     pub fn postgres() -> Backend {
-        Backend::Postgres(PgServer::start())
+        Backend::Postgres(migrated_postgres())
     }
 
     pub async fn instance(&self) -> Store {
@@ -217,6 +218,34 @@ pub fn postgres_config(url: &str) -> PostgresConfig {
         pool_size: 16,
         op_timeout: Duration::from_millis(500),
     }
+}
+
+/// `idem migrate` (the library's) on `url`'s `idem_records`, as an operator runs it
+/// before serving: serving runs no DDL. On a thread of its own, so that it can be
+/// called from sync and async tests alike.
+pub fn migrate(url: &str) {
+    // idem's own code, in-process: a panic in a task it spawns fails the caller.
+    let _panics = super::panics::watched();
+    let cfg = postgres_config(url);
+    let migrated = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(idem::store::postgres::migrate(&cfg))
+    })
+    .join()
+    .expect("migrate thread");
+    if let Err(e) = migrated {
+        panic!("idem migrate: {e}");
+    }
+}
+
+/// [`PgServer::start`], then [`migrate`].
+pub fn migrated_postgres() -> PgServer {
+    let server = PgServer::start();
+    migrate(&server.url());
+    server
 }
 
 /// A `PostgresStore` whose `LISTEN` is in effect (its own listener: another replica).

@@ -226,6 +226,23 @@ fn route_table_lists_routes_then_warnings() {
     );
 }
 
+/// What a repeat after an unknown outcome gets is in the table: `on_unknown` and the
+/// provider's key window, `-` when there is none.
+#[test]
+fn route_table_shows_on_unknown_and_the_key_window() {
+    let c = ok(&format!("{MINIMAL}routes:\n  - {{name: pay, path: /p, key: \"{{header.a}}\", on_unknown: hold, upstream_key_window: 24h}}\n  - {{name: mail, path: /m, key: \"{{header.a}}\"}}\n"));
+    let table = c.route_table();
+    let lines: Vec<&str> = table.lines().collect();
+    let header = lines.iter().find(|l| l.starts_with("ROUTE")).unwrap();
+    assert!(
+        header.ends_with("ON_AMBIGUOUS  ON_UNKNOWN  UPSTREAM_KEY_WINDOW"),
+        "{table}"
+    );
+    let row = |name: &str| *lines.iter().find(|l| l.starts_with(name)).unwrap();
+    assert!(row("pay ").ends_with("hold        24h"), "{table}");
+    assert!(row("mail ").ends_with("retry       -"), "{table}");
+}
+
 /// The fuzz target's promise: no input panics. Every prefix of a full file, and the file
 /// with each byte replaced by characters that matter to YAML and templates.
 #[test]

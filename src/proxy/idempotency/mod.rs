@@ -16,18 +16,18 @@ use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
 use super::lease::release_orphan;
-use super::outcome::{Outcome, StoreOp};
 use super::problem::{self, Problem, ProblemFormat};
 use super::Handled;
 use crate::body::BodyView;
 use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
-use crate::metrics::WokenBy;
 use crate::path::Captures;
 use crate::store::seal::Keyring;
 use crate::store::{Record, Reserve, Settled, StoreError, Token};
 use crate::traces::RequestTrace;
+use crate::vocabulary::WokenBy;
+use crate::vocabulary::{Outcome, StoreOp};
 use unknown::Settling;
 
 /// A matched request before its body is read.

@@ -8,9 +8,9 @@ use std::time::Duration;
 use super::{Flow, Handled};
 use crate::proxy::decide::{decide, Decision};
 use crate::proxy::intent::Intent;
-use crate::proxy::outcome::{Outcome, StoreOp};
 use crate::proxy::problem;
 use crate::store::{Record, Settled};
+use crate::vocabulary::{Outcome, StoreOp};
 
 impl Flow<'_> {
     /// Answer `intent` without reserving it while the breaker is open for `retry_after`.

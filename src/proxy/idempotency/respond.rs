@@ -9,7 +9,6 @@ use http::Response;
 use http_body_util::{Either, Full};
 
 use super::super::body::ProxyBody;
-use super::super::outcome::{Outcome, StoreOp};
 use super::super::problem::{self, Problem};
 use super::super::replay::{replay, replay_mcp};
 use super::super::{forward_unprotected, Handled};
@@ -18,6 +17,7 @@ use crate::config::OnStoreError;
 use crate::key::StoreKey;
 use crate::store::seal::Unreadable;
 use crate::store::{Record, StoreError, StoredResponse};
+use crate::vocabulary::{Outcome, StoreOp};
 
 impl Flow<'_> {
     // The store's failure and the unprotected forward are boxed where they are awaited

@@ -10,16 +10,16 @@ use http_body_util::{Either, Full};
 
 use super::super::exchange::{self, Lookup};
 use super::super::forward::upstream_request;
-use super::super::outcome::StoreOp;
 use super::super::problem::{self, Problem, UnknownBecause};
 use super::Flow;
 use crate::config::OnUnknown;
 use crate::key;
-use crate::metrics::Reconciliation;
 use crate::proxy::intent::Intent;
 use crate::store::{Record, Settled, StoreError};
 use crate::template::RequestView;
 use crate::traces::RequestTrace;
+use crate::vocabulary::Reconciliation;
+use crate::vocabulary::StoreOp;
 
 /// What settling an unknown outcome led to.
 pub(super) enum Settling {

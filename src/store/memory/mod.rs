@@ -221,6 +221,17 @@ impl MemoryStore {
             .map(|e| e.record.clone()))
     }
 
+    pub async fn get_with_life(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<(Record, Duration)>, StoreError> {
+        let now = Instant::now();
+        let shard = self.shared.shard(key);
+        Ok(shard
+            .get_live(key, now)
+            .map(|e| (e.record.clone(), e.deadline - now)))
+    }
+
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let existed = {
             let mut shard = self.shared.shard(key);

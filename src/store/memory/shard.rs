@@ -25,6 +25,9 @@ pub(super) struct Shard {
     /// Completed entries only: the eviction candidates. In-progress records are never
     /// evicted, since that would let a duplicate execute while the first call runs.
     completed: BTreeSet<(Instant, StoreKey)>,
+    /// The other entries, in progress: what operators list and count, read without
+    /// walking the completed ones (a listing costs what the unsettled intents cost).
+    open: KeyMap<()>,
 }
 
 impl Shard {
@@ -40,6 +43,8 @@ impl Shard {
         self.by_deadline.insert((entry.deadline, key));
         if entry.record.is_completed() {
             self.completed.insert((entry.deadline, key));
+        } else {
+            self.open.insert(key, ());
         }
         self.entries.insert(key, entry);
         replaced
@@ -48,20 +53,22 @@ impl Shard {
     pub(super) fn remove(&mut self, key: &StoreKey) -> Option<Entry> {
         let entry = self.entries.remove(key)?;
         self.by_deadline.remove(&(entry.deadline, *key));
-        self.completed.remove(&(entry.deadline, *key));
+        match entry.record.is_completed() {
+            true => self.completed.remove(&(entry.deadline, *key)),
+            false => self.open.remove(key).is_some(),
+        };
         Some(entry)
     }
 
-    /// The in-progress records not expired at `now` (completed ones are indexed, so
-    /// they are the rest).
+    /// The in-progress records not expired at `now`, from the `open` index.
     pub(super) fn live_in_progress(
         &self,
         now: Instant,
     ) -> impl Iterator<Item = (&StoreKey, &Record)> + '_ {
-        self.entries
-            .iter()
-            .filter(move |(_, e)| e.deadline > now && !e.record.is_completed())
-            .map(|(key, e)| (key, &e.record))
+        self.open.keys().filter_map(move |key| {
+            let entry = self.entries.get(key)?;
+            (entry.deadline > now).then_some((key, &entry.record))
+        })
     }
 
     /// Removes every entry whose deadline is at or before `now`; returns how many.
@@ -124,8 +131,12 @@ mod tests {
         assert!(!shard.insert(b, entry(true, now + 3 * s)));
         assert!(!shard.insert(c, entry(true, now + 2 * s)));
         assert_eq!(shard.soonest_completed(1).next(), Some((now + 2 * s, c)));
-        // Completing `a` makes it the soonest eviction candidate.
+        let open: Vec<_> = shard.live_in_progress(now).map(|(k, _)| *k).collect();
+        assert_eq!(open, vec![a], "only the record in progress is open");
+        // Completing `a` makes it the soonest eviction candidate, and no longer open.
         assert!(shard.insert(a, entry(true, now + s)));
+        assert_eq!(shard.live_in_progress(now).count(), 0);
+        assert!(shard.open.is_empty());
         assert_eq!(
             shard.soonest_completed(2).collect::<Vec<_>>(),
             vec![(now + s, a), (now + 2 * s, c)]

@@ -15,7 +15,7 @@ impl PostgresStore {
             .trim_end_matches("_events")
             .to_owned();
         self.bounded(async {
-            let client = self.client().await?;
+            let mut client = self.client().await?;
             let stmt = client
                 .prepare_cached(
                     "SELECT GREATEST(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass($1)",

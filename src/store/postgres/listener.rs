@@ -152,10 +152,9 @@ impl Listener {
     }
 
     fn dispatch(&self, payload: &str) {
-        let mut key = [0u8; 32];
-        match hex::decode_to_slice(payload, &mut key) {
-            Ok(()) => self.watchers.notify(&StoreKey(key)),
-            Err(_) => tracing::debug!(channel = %self.channel, "ignoring malformed notification"),
+        match crate::fast_hex::decode(payload.as_bytes()) {
+            Some(key) => self.watchers.notify(&StoreKey(key)),
+            None => tracing::debug!(channel = %self.channel, "ignoring malformed notification"),
         }
     }
 }

@@ -8,24 +8,32 @@
 //!   (`synchronous_commit = on`, `synchronous_standby_names`), an acknowledged
 //!   reservation or completion survives a failover to that standby.
 //! - Each worker thread has its own connection pool (deadpool-postgres, `pool.rs`),
-//!   driven by its own runtime; wake-ups for `on_concurrent: wait` come from one `LISTEN` connection
-//!   per process (`listener.rs`), and one background task per process creates the table
-//!   and deletes expired rows in small batches (`maintenance.rs`).
+//!   driven by its own runtime; wake-ups for `on_concurrent: wait` come from one
+//!   `LISTEN` connection per process (`listener.rs`), and one background task per
+//!   process checks the table and deletes expired rows in small batches
+//!   (`maintenance.rs`). Writes are here, reads in `reads.rs`.
+//! - Serving runs no DDL: `idem migrate` creates the table and records its version,
+//!   and readiness waits until the table is one this release can use with the role's
+//!   grants (`schema.rs`).
 //! - A multi-host URL with `target_session_attrs=read-write` makes every new connection
 //!   find the current primary: after a failover the broken pooled connections are
 //!   dropped and their replacements connect to the promoted standby.
 //! - Every operation is bounded by `op_timeout` ([`StoreError::Timeout`]); any database
-//!   or connection error is [`StoreError::Unavailable`].
+//!   or connection error is [`StoreError::Unavailable`], with PostgreSQL's reason
+//!   (message, SQLSTATE, detail), and the connection it happened on is closed rather
+//!   than pooled again (`pool.rs`).
 
 mod counting;
 mod listener;
 mod maintenance;
 mod pool;
+mod reads;
+mod schema;
 mod sql;
 mod target;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,12 +41,14 @@ use deadpool_postgres::Pool;
 use tokio::time::timeout;
 
 pub use self::listener::PgNotifications;
-use self::pool::{attempt, millis, state_name, DbError};
+use self::maintenance::Readiness;
+use self::pool::{attempt, millis, state_name, Conn, DbError};
+use self::reads::read;
+pub use self::schema::{Migrated, SCHEMA_VERSION};
 pub use self::sql::check_table_name;
 use self::sql::Sql;
 pub use self::target::Target;
 use super::listing::Soonest;
-use super::record::decode;
 use super::record::encode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
@@ -57,9 +67,9 @@ pub struct Shared {
     op_timeout: Duration,
     pool_per_worker: usize,
     events: PgNotifications,
-    /// Whether the table is known to exist (cleared when a statement finds it missing,
-    /// e.g. after the database was re-created; the maintenance task creates it again).
-    schema_ready: Arc<AtomicBool>,
+    /// Whether the table passed the schema check, and why not (the maintenance task
+    /// checks it; a statement refused for a missing table or grant clears it).
+    readiness: Arc<Readiness>,
     _maintenance: Arc<AbortOnDrop>,
 }
 
@@ -78,28 +88,28 @@ impl Shared {
         check_table_name(&cfg.table).map_err(StoreError::Unavailable)?;
         let sql = Arc::new(Sql::new(&cfg.table));
         let events = PgNotifications::start(target.clone(), sql.channel.clone(), cfg.op_timeout);
-        let schema_ready = Arc::new(AtomicBool::new(false));
-        let maintenance = maintenance::start(target.clone(), sql.clone(), schema_ready.clone());
+        let readiness = Arc::new(Readiness::new(&cfg.table));
+        let maintenance = maintenance::start(target.clone(), sql.clone(), readiness.clone());
         Ok(Arc::new(Shared {
             target,
             sql,
             op_timeout: cfg.op_timeout,
             pool_per_worker: cfg.pool_size.div_ceil(workers.max(1)).max(1),
             events,
-            schema_ready,
+            readiness,
             _maintenance: Arc::new(maintenance),
         }))
     }
 }
 
-/// `idem migrate`: create the table (and its index) if missing, then return. Serving
-/// does the same on start; this is for roles that may not create tables.
-pub async fn migrate(cfg: &PostgresConfig) -> Result<(), StoreError> {
-    let target = Target::parse(&cfg.url).map_err(StoreError::Unavailable)?;
-    check_table_name(&cfg.table).map_err(StoreError::Unavailable)?;
-    maintenance::create_table(&target, &Sql::new(&cfg.table))
-        .await
-        .map_err(StoreError::Unavailable)
+/// `idem migrate`: create the table and its indexes, or upgrade them, and record the
+/// schema version, on a connection of its own (`schema.rs`). Serving never does this:
+/// run it with a role that may create the table (or owns it) before serving.
+pub async fn migrate(cfg: &PostgresConfig) -> Result<Migrated, String> {
+    let target = Target::parse(&cfg.url)?;
+    check_table_name(&cfg.table)?;
+    let (client, _driver) = maintenance::connect(&target).await?;
+    schema::migrate(&client, &cfg.table).await
 }
 
 /// Which fenced `UPDATE` a write is.
@@ -126,42 +136,21 @@ fn lease_millis(record: &Record) -> (i64, bool) {
     }
 }
 
-/// A record read with its clocks (`sql::clocks`, from column `at`): its lease's end and
-/// first send on the database's clock replace the writer's estimates in its bytes, and
-/// the database's `now()` comes along to judge them by.
-fn read(row: &tokio_postgres::Row, at: usize) -> Result<(Record, u64), StoreError> {
-    let mut record = decode(row.get::<_, &[u8]>(at))?;
-    let ms = |i: usize| row.get::<_, Option<i64>>(at + i).map(|v| v.max(0) as u64);
-    if record.state == crate::store::RecordState::InProgress {
-        if let Some(lease_until) = ms(1) {
-            record.expires_at_ms = lease_until;
-        }
-    }
-    if let Some(sent_at) = ms(2) {
-        record.sent_at_ms = sent_at;
-    }
-    Ok((record, ms(3).unwrap_or(0)))
-}
-
 impl PostgresStore {
     /// A store with its own listener and maintenance (one process, one worker).
     pub async fn connect(cfg: &PostgresConfig) -> Result<PostgresStore, StoreError> {
         PostgresStore::connect_sharing(&Shared::start(cfg, 1)?).await
     }
 
-    /// A store with its own pool on the current runtime, sharing `shared`. Creates the
-    /// table if it is not known to exist yet (a failure is logged, not fatal: the
-    /// maintenance task keeps trying and readiness reports it).
+    /// A store with its own pool on the current runtime, sharing `shared`. Connects
+    /// lazily: an unreachable database or an unusable table is reported by readiness
+    /// and logged by the maintenance task, never fatal.
     pub async fn connect_sharing(shared: &Arc<Shared>) -> Result<PostgresStore, StoreError> {
         let pool = pool::pool(&shared.target, shared.pool_per_worker, shared.op_timeout)?;
-        let store = PostgresStore {
+        Ok(PostgresStore {
             pool,
             shared: shared.clone(),
-        };
-        if let Err(e) = store.ensure_schema().await {
-            tracing::warn!(error = %e, "postgres not ready at startup; retrying in the background");
-        }
-        Ok(store)
+        })
     }
 
     /// Whether the `LISTEN` connection is up (wake-ups from other replicas only arrive
@@ -184,7 +173,7 @@ impl PostgresStore {
         let ttl = millis(ttl);
         let (lease, _) = lease_millis(record);
         self.bounded(async {
-            let client = self.client().await?;
+            let mut client = self.client().await?;
             let stmt = client.prepare_cached(&self.shared.sql.reserve).await?;
             for _ in 0..RESERVE_ATTEMPTS {
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
@@ -274,7 +263,7 @@ impl PostgresStore {
         let notify = !matches!(statement, Fenced::Replace | Fenced::Renew);
         let replaced = self
             .bounded(async {
-                let client = self.client().await?;
+                let mut client = self.client().await?;
                 let (key, owner, token) = (&key.0[..], &owner.0[..], &record.token.0[..]);
                 let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
                     &key, &owner, &state, &token, &attempt, &ttl, &encoded, &lease, &sent,
@@ -314,7 +303,7 @@ impl PostgresStore {
     ) -> Result<bool, StoreError> {
         let released = self
             .bounded(async {
-                let client = self.client().await?;
+                let mut client = self.client().await?;
                 let stmt = client.prepare_cached(&self.shared.sql.release).await?;
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
                     [&&key.0[..], &&owner.0[..], &self.shared.sql.channel];
@@ -327,32 +316,10 @@ impl PostgresStore {
         Ok(released)
     }
 
-    pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        self.bounded(async {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(&self.shared.sql.get).await?;
-            let row = client.query_opt(&stmt, &[&&key.0[..]]).await?;
-            Ok(row.map(|row| read(&row, 0).map(|(record, _)| record)))
-        })
-        .await?
-        .transpose()
-    }
-
-    /// The database's clock, `now()`, in unix ms.
-    pub async fn clock_ms(&self) -> Result<u64, StoreError> {
-        self.bounded(async {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(&self.shared.sql.clock).await?;
-            let row = client.query_one(&stmt, &[]).await?;
-            Ok(row.get::<_, i64>(0).max(0) as u64)
-        })
-        .await
-    }
-
     pub async fn delete(&self, key: &StoreKey) -> Result<bool, StoreError> {
         let deleted = self
             .bounded(async {
-                let client = self.client().await?;
+                let mut client = self.client().await?;
                 let stmt = client.prepare_cached(&self.shared.sql.delete).await?;
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
                     [&&key.0[..], &self.shared.sql.channel];
@@ -369,57 +336,38 @@ impl PostgresStore {
         self.shared.events.watchers.watch(key)
     }
 
-    pub async fn list_in_progress(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<(StoreKey, Record)>, StoreError> {
-        let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self
-            .bounded(async {
-                let client = self.client().await?;
-                let stmt = client
-                    .prepare_cached(&self.shared.sql.list_in_progress)
-                    .await?;
-                Ok(client.query(&stmt, &[&limit_param]).await?)
-            })
-            .await?;
-        let mut soonest = Soonest::new(limit);
-        for row in rows {
-            let key = <[u8; 32]>::try_from(row.get::<_, &[u8]>(0))
-                .map_err(|_| StoreError::Corrupt("key is not 32 bytes".to_owned()))?;
-            soonest.push(StoreKey(key), read(&row, 1)?.0);
-        }
-        Ok(soonest.finish())
-    }
-
-    /// Ready when a pooled connection answers and the table exists.
+    /// Ready when the table passed the schema check (else its reason, e.g. the
+    /// `idem migrate` to run or the grant PostgreSQL refused) and a pooled connection
+    /// answers. Until it has passed, each ping runs the check itself (the maintenance
+    /// task does too, every second), so a probe sees a fix at once.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        if !self.shared.schema_ready.load(Ordering::Acquire) {
-            return self.ensure_schema().await;
+        let readiness = &self.shared.readiness;
+        if !readiness.is_ready() {
+            let table = &self.shared.sql.table;
+            let checked = self
+                .bounded(async {
+                    let mut client = self.client().await?;
+                    Ok(client.check_schema(table).await)
+                })
+                .await?;
+            match checked {
+                Ok(checked) => readiness.passed(&checked, table),
+                Err(why) => {
+                    readiness.failed(why.clone());
+                    return Err(StoreError::Unavailable(why));
+                }
+            }
         }
         self.bounded(async {
-            let client = self.client().await?;
+            let mut client = self.client().await?;
             client.simple_query("SELECT 1").await?;
             Ok(())
         })
         .await
     }
 
-    async fn ensure_schema(&self) -> Result<(), StoreError> {
-        self.bounded(async {
-            let client = self.client().await?;
-            client.batch_execute(&self.shared.sql.schema).await?;
-            self.shared.schema_ready.store(true, Ordering::Release);
-            Ok(())
-        })
-        .await
-    }
-
-    async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
-        self.pool.get().await.map_err(|e| DbError {
-            text: e.to_string(),
-            missing_table: false,
-        })
+    async fn client(&self) -> Result<Conn, DbError> {
+        Conn::get(&self.pool).await
     }
 
     /// Bounds an operation by `op_timeout` and maps its errors.
@@ -430,8 +378,8 @@ impl PostgresStore {
         match timeout(self.shared.op_timeout, op).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                if e.missing_table && self.shared.schema_ready.swap(false, Ordering::AcqRel) {
-                    tracing::warn!("the idem table is missing; creating it again");
+                if e.schema_suspect() {
+                    self.shared.readiness.suspect(&e.text);
                 }
                 Err(StoreError::Unavailable(e.text))
             }

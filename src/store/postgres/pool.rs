@@ -1,12 +1,16 @@
 //! What every statement of the PostgreSQL store shares: the per-worker connection pool
-//! (deadpool-postgres), the mapping of driver errors, and the parameter encodings.
+//! (deadpool-postgres), a pooled connection that is discarded once it failed, the
+//! mapping of driver errors to text that names PostgreSQL's reason, and the parameter
+//! encodings.
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row, SimpleQueryMessage, Statement};
 
+use super::schema::{self, Checked};
 use super::target::Target;
 use crate::store::{Record, RecordState, StoreError};
 
@@ -14,9 +18,10 @@ use crate::store::{Record, RecordState, StoreError};
 /// first use, each driven by this runtime).
 pub(super) fn pool(target: &Target, size: usize, op_timeout: Duration) -> Result<Pool, StoreError> {
     let manager_config = ManagerConfig {
-        // Broken connections are found by `is_closed` without a round trip; a
-        // connection that dies under a statement fails that statement, is dropped, and
-        // its replacement connects to whichever host is the primary now.
+        // Broken connections are found by `is_closed` without a round trip. A
+        // connection whose statement failed or was abandoned never comes back at all
+        // ([`Conn`] detaches it), so `Fast` never hands out one in an unknown state —
+        // `Verified` would add a round trip to every request instead.
         recycling_method: RecyclingMethod::Fast,
     };
     let config = target.config.clone();
@@ -33,20 +38,167 @@ pub(super) fn pool(target: &Target, size: usize, op_timeout: Duration) -> Result
         .map_err(|e| StoreError::Unavailable(format!("cannot build postgres pool: {e}")))
 }
 
+/// A pooled connection that goes back to the pool only after its last statement
+/// succeeded. One that failed, or whose statement was abandoned mid-way (the operation
+/// timed out and this was dropped), is detached and closed: it may be inside an aborted
+/// transaction, or still owe the answer to a statement nobody reads, and a later
+/// request must never inherit either (issue 34: 17 connections stuck `idle in
+/// transaction (aborted)` kept the store unready until a restart).
+pub(super) struct Conn {
+    object: Option<Object>,
+    /// False from the start of a statement until it succeeded.
+    clean: bool,
+}
+
+impl Conn {
+    pub(super) async fn get(pool: &Pool) -> Result<Conn, DbError> {
+        let object = pool.get().await.map_err(|e| DbError {
+            text: match &e {
+                deadpool_postgres::PoolError::Backend(e) => describe(e),
+                other => other.to_string(),
+            },
+            code: None,
+        })?;
+        Ok(Conn {
+            object: Some(object),
+            clean: true,
+        })
+    }
+
+    fn client(&mut self) -> &Object {
+        self.clean = false;
+        self.object.as_ref().expect("present until dropped")
+    }
+
+    fn done<T>(&mut self, result: Result<T, tokio_postgres::Error>) -> Result<T, DbError> {
+        self.clean = result.is_ok();
+        result.map_err(DbError::from)
+    }
+
+    pub(super) async fn prepare_cached(&mut self, sql: &str) -> Result<Statement, DbError> {
+        let result = self.client().prepare_cached(sql).await;
+        self.done(result)
+    }
+
+    pub(super) async fn query(
+        &mut self,
+        stmt: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, DbError> {
+        let result = self.client().query(stmt, params).await;
+        self.done(result)
+    }
+
+    pub(super) async fn query_opt(
+        &mut self,
+        stmt: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, DbError> {
+        let result = self.client().query_opt(stmt, params).await;
+        self.done(result)
+    }
+
+    pub(super) async fn query_one(
+        &mut self,
+        stmt: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, DbError> {
+        let result = self.client().query_one(stmt, params).await;
+        self.done(result)
+    }
+
+    pub(super) async fn execute(
+        &mut self,
+        stmt: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, DbError> {
+        let result = self.client().execute(stmt, params).await;
+        self.done(result)
+    }
+
+    /// The schema check (`schema.rs`) on this connection.
+    pub(super) async fn check_schema(&mut self, table: &str) -> Result<Checked, String> {
+        let result = schema::check(self.client(), table).await;
+        self.clean = result.is_ok();
+        result
+    }
+
+    pub(super) async fn simple_query(
+        &mut self,
+        sql: &str,
+    ) -> Result<Vec<SimpleQueryMessage>, DbError> {
+        let result = self.client().simple_query(sql).await;
+        self.done(result)
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let (false, Some(object)) = (self.clean, self.object.take()) {
+            // Detached from the pool and dropped: the connection closes, and the pool
+            // opens a fresh one when it needs it.
+            drop(Object::take(object));
+        }
+    }
+}
+
 /// Any failure talking to the database, as text for [`StoreError::Unavailable`].
 pub(super) struct DbError {
     pub(super) text: String,
-    /// The table does not exist (the database was re-created under us).
-    pub(super) missing_table: bool,
+    /// PostgreSQL's SQLSTATE, when the server answered with an error.
+    pub(super) code: Option<SqlState>,
+}
+
+impl DbError {
+    /// Whether the table or the role's rights on it changed under us (the table was
+    /// dropped, a column is missing, a grant revoked): readiness checks the schema
+    /// again rather than reporting ready.
+    pub(super) fn schema_suspect(&self) -> bool {
+        self.code.as_ref().is_some_and(|c| {
+            [
+                SqlState::UNDEFINED_TABLE,
+                SqlState::UNDEFINED_COLUMN,
+                SqlState::INSUFFICIENT_PRIVILEGE,
+            ]
+            .contains(c)
+        })
+    }
 }
 
 impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> DbError {
         DbError {
-            missing_table: e.code() == Some(&SqlState::UNDEFINED_TABLE),
-            text: e.to_string(),
+            code: e.code().cloned(),
+            text: describe(&e),
         }
     }
+}
+
+/// A driver error with its cause: for an error the server sent, PostgreSQL's message,
+/// SQLSTATE, detail and hint (the driver's own `Display` says only "db error");
+/// otherwise the driver's text and its chain of sources (e.g. the I/O error behind
+/// "error connecting to server").
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; detail: {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(&format!(": {cause_text}"));
+        }
+        source = cause.source();
+    }
+    text
 }
 
 pub(super) fn state_name(state: RecordState) -> &'static str {

@@ -51,7 +51,8 @@ pub(super) const PURGE_BATCH: i64 = 500;
 /// Statement texts for one table. Built once per store.
 #[derive(Debug)]
 pub(super) struct Sql {
-    pub schema: String,
+    /// The table's name, as configured (checked by [`super::check_table_name`]).
+    pub table: String,
     pub reserve: String,
     pub replace: String,
     pub replace_notify: String,
@@ -80,28 +81,7 @@ impl Sql {
 WHERE key = $1 AND token = $2 AND expires_at > now()"
         );
         Sql {
-            // The advisory lock serialises creation across idem processes starting
-            // together: concurrent `CREATE TABLE IF NOT EXISTS` can fail on the catalog's
-            // unique index.
-            schema: format!(
-                "BEGIN;
-SELECT pg_advisory_xact_lock(hashtext('idem schema {t}'));
-CREATE TABLE IF NOT EXISTS {t} (
-  key bytea PRIMARY KEY,
-  state text NOT NULL CHECK (state IN ('in_progress', 'completed')),
-  token bytea NOT NULL,
-  attempt integer NOT NULL,
-  fingerprint bytea NOT NULL,
-  credentials bytea NOT NULL,
-  expires_at timestamptz NOT NULL,
-  record bytea NOT NULL
-);
-ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_until timestamptz;
-ALTER TABLE {t} ADD COLUMN IF NOT EXISTS sent_at timestamptz;
-CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
-CREATE INDEX IF NOT EXISTS {t}_in_progress ON {t} (key) WHERE state = 'in_progress';
-COMMIT;"
-            ),
+            table: t.to_owned(),
             // One statement, one winner: the unique key lets exactly one INSERT through;
             // an expired row is taken over by the conflict branch, whose row lock makes
             // concurrent takeovers queue and re-check the (then fresh) expiry. A live
@@ -154,7 +134,11 @@ SELECT * FROM live"
 )
 SELECT pg_notify($3, encode(key, 'hex')) FROM gone"
             ),
-            get: format!("SELECT record, {clocks} FROM {t} WHERE key = $1 AND expires_at > now()"),
+            // The row's own end last (read only by the admin's `get_with_life`).
+            get: format!(
+                "SELECT record, {clocks}, {} FROM {t} WHERE key = $1 AND expires_at > now()",
+                ms("expires_at")
+            ),
             delete: format!(
                 "WITH gone AS (DELETE FROM {t} WHERE key = $1 RETURNING key, expires_at > now() AS live)
 SELECT live, pg_notify($2, encode(key, 'hex')) FROM gone"

@@ -16,9 +16,11 @@ pub use crate::traces::TraceLink;
 mod decode;
 mod encode;
 mod meta_line;
+mod phase;
 
 pub use decode::{decode, decode_owned};
 pub use encode::{encode, encode_into, encoded_size_hint};
+pub use phase::Phase;
 
 /// A 128-bit random fencing token, unique per reservation (and per attempt).
 ///

@@ -15,6 +15,7 @@
 //! - Concurrent duplicates of one key in this process share one reservation, and a key
 //!   the process owns is answered from memory (`local.rs`).
 
+mod admin_read;
 mod command;
 mod conn;
 mod keys;
@@ -228,7 +229,7 @@ impl RedisStore {
                 .arg(lease.as_millis() as u64);
         };
         let script = &self.scripts.reserve;
-        let reply: Vec<Value> = self
+        let reply: Value = self
             .bounded(
                 &self.wait_conn,
                 eval(&mut link, script, &store_key, Some(record), args),
@@ -470,14 +471,22 @@ impl RedisStore {
 
 /// The reservation script's reply: the server's time, and the existing record if the
 /// key was taken.
-fn reserved(reply: Vec<Value>) -> Result<(u64, Option<Vec<u8>>), StoreError> {
+/// The reservation script's reply (`scripts.rs` `RESERVE`): the store's clock, and the
+/// existing record if there is one (a completed record comes alone: its clock is 0).
+fn reserved(reply: Value) -> Result<(u64, Option<Vec<u8>>), StoreError> {
     let malformed = || StoreError::Corrupt("unexpected reply to the reservation".to_owned());
-    let mut reply = reply.into_iter();
-    let now = reply.next().ok_or_else(malformed)?;
-    let now = u64::from_redis_value(now).map_err(|_| malformed())?;
-    let existing = match reply.next() {
-        None => None,
-        Some(v) => Some(Vec::<u8>::from_redis_value(v).map_err(|_| malformed())?),
-    };
-    Ok((now, existing))
+    match reply {
+        Value::Int(now) => Ok((u64::try_from(now).map_err(|_| malformed())?, None)),
+        Value::BulkString(completed) => Ok((0, Some(completed))),
+        Value::Array(pair) => {
+            let mut pair = pair.into_iter();
+            let (Some(now), Some(existing), None) = (pair.next(), pair.next(), pair.next()) else {
+                return Err(malformed());
+            };
+            let now = u64::from_redis_value(now).map_err(|_| malformed())?;
+            let existing = Vec::<u8>::from_redis_value(existing).map_err(|_| malformed())?;
+            Ok((now, Some(existing)))
+        }
+        _ => Err(malformed()),
+    }
 }

@@ -1,7 +1,13 @@
-//! What happened to one request and to each store round trip: the pipeline's own
-//! vocabulary, used by the pure decision ([`super::decide`]), counted by the metrics
-//! (`idem_requests_total{outcome}`, `idem_store_duration_seconds{op}`) and written on
-//! the request's span and log line.
+//! The request's vocabulary, below everything that uses it: what happened to one
+//! request and to each store round trip, why an upstream call got no answer, what woke
+//! a waiting duplicate, what a reconciliation found and what an operator recorded.
+//!
+//! The pipeline (`proxy`) produces these, the metrics count them and the traces write
+//! them; metrics and traces import this leaf module and never the pipeline (as
+//! tower-http's classifiers feed its `TraceLayer`). The Prometheus label encodings live
+//! beside the metrics.
+
+use strum::{EnumIter, IntoStaticStr};
 
 /// What happened to one protected (or matched) request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,6 +102,53 @@ impl StoreOp {
     pub fn index(self) -> usize {
         self as usize
     }
+}
+
+/// Why a protected upstream call got no final answer (`idem_upstream_failures_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UpstreamFailure {
+    /// Never sent (connect refused, DNS): 502, safe to retry.
+    NotSent,
+    /// Timeout or reset after sending: 504, outcome unknown.
+    Ambiguous,
+}
+
+impl UpstreamFailure {
+    pub const ALL: [UpstreamFailure; 2] = [UpstreamFailure::NotSent, UpstreamFailure::Ambiguous];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamFailure::NotSent => "not_sent",
+            UpstreamFailure::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+/// What woke a waiting duplicate (`idem_duplicate_wakeups_total`): the store's change
+/// notification, or the safety re-check at the end of its nap. Timer wake-ups that
+/// outnumber notifications mean the store's notifications do not arrive (a Redis ACL
+/// without `+subscribe`, a proxy that drops pub/sub, PostgreSQL `LISTEN` refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WokenBy {
+    Notification,
+    Timer,
+}
+
+/// What an operator recorded for an unknown outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr, EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub enum Resolution {
+    Completed,
+    NotExecuted,
+}
+
+/// What a reconciliation lookup said: the call happened, it did not, or no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr, EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub enum Reconciliation {
+    Found,
+    Absent,
+    Failed,
 }
 
 #[cfg(test)]
