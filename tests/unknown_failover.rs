@@ -76,7 +76,8 @@ async fn unknown_outcomes(upstream: &MockUpstream, config: &str) -> Vec<IdemProc
                 .await
                 .unwrap_or_else(|e| panic!("{url}: {e}"))
                 .json();
-            let ends = record["expires_at"]
+            // The lease, not the record's own end (`expires_at`, its retention).
+            let ends = record["lease_ends_at"]
                 .as_str()
                 .and_then(|t| humantime::parse_rfc3339(t).ok());
             record["state"] == "in_progress" && ends.is_some_and(|t| t < SystemTime::now())
