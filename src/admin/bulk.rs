@@ -17,13 +17,13 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use http::{header, Request, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::reply::{error, json_response, AdminResponse};
+use super::reply::{error, json_response, refuse_unless_json, AdminResponse};
 use super::unknown;
 use super::Admin;
 use crate::store::Phase;
@@ -54,14 +54,8 @@ fn millis(text: &str, field: &str) -> Result<u64, String> {
 }
 
 pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
-    let json = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("application/json"));
-    if !json {
-        let message = "send the resolution as Content-Type: application/json";
-        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message);
+    if let Some(refused) = refuse_unless_json(&req, "resolution") {
+        return refused;
     }
     let Ok(body) = Limited::new(req.into_body(), LIMIT).collect().await else {
         return error(

@@ -24,6 +24,18 @@ pub(super) fn json_response(status: StatusCode, value: &serde_json::Value) -> Ad
     with_type(status, Bytes::from(value.to_string()), "application/json")
 }
 
+/// 415 unless the request says its body is JSON: a page on another site cannot send
+/// `Content-Type: application/json` without a CORS preflight this listener never grants.
+pub(super) fn refuse_unless_json<B>(req: &http::Request<B>, what: &str) -> Option<AdminResponse> {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    let message = format!("send the {what} as Content-Type: application/json");
+    (!json).then(|| error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
+}
+
 /// `{"error": message}` with `status`.
 pub(super) fn error(status: StatusCode, message: impl std::fmt::Display) -> AdminResponse {
     json_response(status, &json!({ "error": message.to_string() }))

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::records::{any_store, describe, read_at, KeyRef};
-use super::reply::{error, json_response, problem, AdminResponse};
+use super::reply::{error, json_response, problem, refuse_unless_json, AdminResponse};
 use super::Admin;
 use crate::proxy::capture::CREDENTIAL_HEADERS;
 use crate::proxy::headers::is_hop_by_hop;
@@ -68,14 +68,8 @@ enum Asked {
 }
 
 pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) -> AdminResponse {
-    let json = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("application/json"));
-    if !json {
-        let message = "send the resolution as Content-Type: application/json";
-        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message);
+    if let Some(refused) = refuse_unless_json(&req, "resolution") {
+        return refused;
     }
     let routes = admin.control.routes();
     let Some(policy) = routes.iter().find(|r| r.name == at.route) else {

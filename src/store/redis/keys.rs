@@ -107,6 +107,15 @@ impl Layout {
             .collect()
     }
 
+    /// How many open indexes there are (see [`Layout::open_indexes`]).
+    pub(super) fn open_index_count(&self) -> u64 {
+        if self.sharded {
+            BUCKETS as u64
+        } else {
+            1
+        }
+    }
+
     /// The [`StoreKey`] of an open index's member (the record key's 64 hex digits).
     pub(super) fn indexed_key(&self, member: &[u8]) -> Option<StoreKey> {
         if member.len() != 64 || member.iter().any(u8::is_ascii_uppercase) {

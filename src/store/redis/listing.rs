@@ -14,9 +14,12 @@
 
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use std::sync::LazyLock;
+
 use redis::{FromRedisValue, Value};
 
 use super::conn::Link;
+use super::scripts::{FIELD, INDEX};
 use super::RedisStore;
 use crate::key::StoreKey;
 use crate::store::listing::Soonest;
@@ -49,26 +52,22 @@ take(redis.call('ZRANGE', open, 0, '+inf', 'BYSCORE', 'LIMIT', 0, limit))
 take(redis.call('ZRANGE', open, '-inf', '(0', 'BYSCORE', 'LIMIT', 0, limit))
 return out";
 
-/// Every record not completed of the index script's batch (the one-time indexing).
-const INDEX_EXISTING: &str = "#!lua flags=allow-cross-slot-keys
+/// Indexes the records not completed among the names in `ARGV` (all of one node, in
+/// many slots), with the scripts' own `index` (`scripts.rs`); returns how many.
+static INDEX_EXISTING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "#!lua flags=allow-cross-slot-keys\n{FIELD}{INDEX}
 local indexed = 0
 for _, name in ipairs(ARGV) do
   local value = redis.call('GET', name)
   if value and string.sub(value, 1, 1) == 'P' then
-    local lease_end = tonumber(string.match(value, '\"expires_at_ms\":(%d+)', 35))
-    if lease_end then
-      local eol = string.find(value, '\\n', 35, true) or #value
-      local settled = string.find(value, '\"settled\":\"not_executed\"', 35, true)
-      if settled and settled < eol then
-        lease_end = -lease_end
-      end
-      local open = string.sub(name, 1, #name - 64) .. 'open'
-      redis.call('ZADD', open, 'NX', lease_end, string.sub(name, -64))
-      indexed = indexed + 1
-    end
+    index(value, name)
+    indexed = indexed + 1
   end
 end
-return indexed";
+return indexed"
+    )
+});
 
 impl RedisStore {
     pub async fn list_in_progress(
@@ -110,13 +109,7 @@ impl RedisStore {
     /// own, its records plus the open indexes (1, or one per bucket on Cluster).
     pub async fn record_count(&self) -> Result<u64, StoreError> {
         let link = self.conn.link();
-        let nodes: Vec<Option<u16>> = match &link {
-            Link::Cluster(cluster) => {
-                let slots = self.shard_slots(cluster.clone()).await?;
-                slots.into_iter().map(Some).collect()
-            }
-            _ => vec![None],
-        };
+        let nodes = self.masters(&link).await?;
         let mut keys = 0;
         for node in nodes {
             let reply = self.on_node(&link, node, redis::cmd("DBSIZE")).await?;
@@ -129,21 +122,15 @@ impl RedisStore {
     /// How many open index keys exist when `open` records are indexed (an estimate
     /// on Cluster, where they spread over 256 buckets).
     pub fn index_keys(&self, open: u64) -> u64 {
-        open.min(self.layout.open_indexes().len() as u64)
+        open.min(self.layout.open_index_count())
     }
 
     /// Indexes the records a release before the open index wrote (one `SCAN` of the
-    /// prefix on every master; `ZADD NX` never moves an entry the scripts keep). Run
+    /// prefix on every master; an entry is scored from its record, as the scripts do). Run
     /// once when a replica starts; returns how many records it found not completed.
     pub async fn index_existing(&self) -> Result<u64, StoreError> {
         let link = self.conn.link();
-        let nodes: Vec<Option<u16>> = match &link {
-            Link::Cluster(cluster) => {
-                let slots = self.shard_slots(cluster.clone()).await?;
-                slots.into_iter().map(Some).collect()
-            }
-            _ => vec![None],
-        };
+        let nodes = self.masters(&link).await?;
         let mut indexed = 0;
         for node in nodes {
             let mut cursor = 0u64;
@@ -155,7 +142,7 @@ impl RedisStore {
                     .collect();
                 if !names.is_empty() {
                     let mut cmd = redis::cmd("EVAL");
-                    cmd.arg(INDEX_EXISTING).arg(0);
+                    cmd.arg(INDEX_EXISTING.as_str()).arg(0);
                     for name in &names {
                         cmd.arg(&name[..]);
                     }
@@ -171,6 +158,17 @@ impl RedisStore {
             }
         }
         Ok(indexed)
+    }
+
+    /// One slot of each master (Cluster), or `None` for the one server.
+    async fn masters(&self, link: &Link) -> Result<Vec<Option<u16>>, StoreError> {
+        match link {
+            Link::Cluster(cluster) => {
+                let slots = self.shard_slots(cluster.clone()).await?;
+                Ok(slots.into_iter().map(Some).collect())
+            }
+            _ => Ok(vec![None]),
+        }
     }
 
     /// One `SCAN` step on the node of `slot` (cluster) or the one server.

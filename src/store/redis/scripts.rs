@@ -119,7 +119,7 @@ if current then
 end
 local record = stamp(ARGV[1], ARGV[3], '1')
 redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
-index(record)
+index(record, KEYS[1])
 return now
 ";
 
@@ -141,7 +141,7 @@ if ARGV[7] ~= '1' then
   record = keep_sent(record, current)
 end
 redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
-index(record)
+index(record, KEYS[1])
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
@@ -151,7 +151,7 @@ return 1
 /// `lease_field(record, name)`: a number field of an in-progress record's metadata
 /// line (`expires_at_ms`, the first field of its kind after the fixed 34-byte head, or
 /// `sent_at_ms`), or `nil` when the record is absent, completed, or lacks it.
-const FIELD: &str = r#"
+pub(super) const FIELD: &str = r#"
 local function lease_field(record, name)
   if not record or string.sub(record, 1, 1) ~= 'P' then
     return nil
@@ -160,16 +160,17 @@ local function lease_field(record, name)
 end
 "#;
 
-/// `index(record)`: keeps the record's entry in the **open index** (see `keys.rs`
-/// `open_index`): the sorted set, beside the record and in its slot, of every record
+/// `index(record, name)`: keeps the entry of the record under `name` (the scripts'
+/// `KEYS[1]`) in the **open index** (see `keys.rs`
+/// `open_indexes`): the sorted set, beside the record and in its slot, of every record
 /// not completed, scored by its lease's end (negated for one resolved as not executed
 /// and waiting for its repeat), so operators list and count the unsettled intents
-/// without reading the completed ones (`listing.rs`). `index(nil)` (or a completed
-/// record) removes the entry. The set's name is the record key with its 64 hex digits
+/// without reading the completed ones (`listing.rs`, which also indexes an earlier
+/// release's records with it). `index(nil, name)` (or a completed record) removes the
+/// entry. The set's name is the record key with its 64 hex digits
 /// replaced by `open`; the member is those digits.
-const INDEX: &str = r#"
-local function index(record)
-  local name = KEYS[1]
+pub(super) const INDEX: &str = r#"
+local function index(record, name)
   local open = string.sub(name, 1, #name - 64) .. 'open'
   local member = string.sub(name, -64)
   local lease_end = lease_field(record, 'expires_at_ms')
@@ -222,7 +223,7 @@ if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-index(nil)
+index(nil, KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 ";
@@ -233,7 +234,7 @@ const DELETE: &str = r"
 if redis.call('DEL', KEYS[1]) == 0 then
   return 0
 end
-index(nil)
+index(nil, KEYS[1])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1
 ";
