@@ -20,11 +20,7 @@ pub(super) const COUNT_EVERY: Duration = Duration::from_secs(30);
 
 /// Every record not completed, and the store's clock.
 async fn read_all(admin: &Admin) -> Result<(Vec<(StoreKey, Record)>, u64), StoreError> {
-    let read = any_store(&admin.stores, |s| async {
-        let records = s.list_in_progress(usize::MAX).await?;
-        Ok((records, s.clock_ms().await?))
-    })
-    .await;
+    let read = super::unknown::read_with_store(admin, usize::MAX).await;
     read.map(|(read, _)| read)
 }
 
