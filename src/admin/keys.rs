@@ -111,7 +111,7 @@ pub(super) async fn handle(admin: &Admin, target: Target, method: &Method) -> Ad
     }
 }
 
-/// As `records::read_at`, with the record's own remaining life (its end, beyond an in-progress
+/// As [`Store::get_at`], with the record's own remaining life (its end, beyond an in-progress
 /// record's lease).
 async fn read_with_life(
     store: &Store,

@@ -36,16 +36,6 @@ where
     Err(last)
 }
 
-/// The record under `key` and the store's clock, which judges its lease (a second round
-/// trip: the admin reads without a reservation, whose reply carries the clock).
-pub(super) async fn read_at(
-    store: &Store,
-    key: &StoreKey,
-) -> Result<(Option<Record>, u64), StoreError> {
-    let record = store.get(key).await?;
-    Ok((record, store.clock_ms().await?))
-}
-
 /// RFC 3339 with milliseconds, as every admin timestamp.
 pub(super) fn time(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()

@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::records::{any_store, describe, read_at, KeyRef};
+use super::records::{any_store, describe, KeyRef};
 use super::reply::{error, json_response, problem, refuse_unless_json, AdminResponse};
 use super::Admin;
 use crate::proxy::capture::CREDENTIAL_HEADERS;
@@ -134,10 +134,10 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         }
     };
 
-    let read = any_store(&admin.stores, |s| read_at(s, &at.store_key)).await;
+    let read = any_store(&admin.stores, |s| s.get_at(&at.store_key)).await;
     let (record, now, store) = match read {
-        Ok(((Some(record), now), store)) => (record, now, store),
-        Ok(((None, _), _)) => return error(StatusCode::NOT_FOUND, "no such key"),
+        Ok((Some((record, now)), store)) => (record, now, store),
+        Ok((None, _)) => return error(StatusCode::NOT_FOUND, "no such key"),
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
     // Judged on the store's clock; the fenced write judges again on it.

@@ -197,6 +197,16 @@ impl Store {
         dispatch_op!(self, s => s.get(key))
     }
 
+    /// The current record and the store's clock, which judges its lease, for a reader
+    /// without a reservation (whose reply would carry the clock): a second round trip,
+    /// only when there is a record.
+    pub async fn get_at(&self, key: &StoreKey) -> Result<Option<(Record, u64)>, StoreError> {
+        match self.get(key).await? {
+            Some(record) => Ok(Some((record, self.clock_ms().await?))),
+            None => Ok(None),
+        }
+    }
+
     /// As [`Store::get`], with how long the record itself remains: its own life (the
     /// route's retention from its last write), which an in-progress record's lease is
     /// only the first part of. One round trip; for the admin view.

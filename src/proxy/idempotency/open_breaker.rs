@@ -17,13 +17,7 @@ impl Flow<'_> {
     pub(super) async fn while_open(mut self, intent: Intent, retry_after: Duration) -> Handled {
         let store = &self.cx.worker.store;
         let read = self
-            .timed(StoreOp::Reserve, async {
-                let record = store.get(&intent.store_key).await?;
-                match record {
-                    Some(record) => Ok(Some((record, store.clock_ms().await?))),
-                    None => Ok(None),
-                }
-            })
+            .timed(StoreOp::Reserve, store.get_at(&intent.store_key))
             .await;
         let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
         let open = problem::circuit_open(&self.policy.name, secs);
