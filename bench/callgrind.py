@@ -4,7 +4,7 @@ unlike timings).
 
     python3 bench/callgrind.py [--requests 2000] [--only passthrough,fresh-redis]
                                [--traces off,1,0.01] [--bin-dir target/release]
-                               [--no-nginx] [--peer-bin PATH]
+                               [--no-nginx] [--no-floor] [--peer-bin PATH]
 
 For each scenario, idem (one worker) runs under `valgrind --tool=callgrind` twice: once
 serving N requests and once serving 2N, one keep-alive connection, sequentially. The
@@ -19,6 +19,16 @@ master_process off;`, so that valgrind counts the process that serves), upstream
 keepalive, access log off. The table gives both and the ratio idem/nginx, so "how far
 from nginx" is one command. `--no-nginx` leaves it out.
 
+The floor (bench/floor, `idem-floor`) is measured beside idem in the same run: the
+smallest correct proxies built from idem's own crates, allocator and profile. Each idem
+scenario is printed with its floor and the ratio: passthrough against the floor's
+passthrough, a fresh intent on Redis against one `SET NX GET PX` + forward + one `SET`,
+a replay against one `GET`, and a fresh intent on the memory store against the
+passthrough floor (its key and record are the difference). `--no-floor` leaves it out.
+
+For every process that used Redis, a second table gives Redis's own cost per request:
+the commands, their `INFO commandstats` time and Redis's CPU time (callgrind_redis.py).
+
 `--breakdown` adds, for every process measured, its instructions per request by
 component (the crate each function's symbol names: hyper, tokio, http, redis-rs, the
 allocator, idem's own code…) and its largest functions (bench/callgrind_breakdown.py).
@@ -27,7 +37,8 @@ method), by name with `--breakdown`. `--keep` keeps the output files.
 
 Scenarios: passthrough (no route matches), fresh intents (memory, Redis), replays
 (Redis). Needs valgrind, redis-server and nginx (installed from Debian when missing, as
-bench/run.sh does) and release binaries (cargo build --release --bins).
+bench/run.sh does) and release binaries (cargo build --release --bins -p idem -p
+idem-floor).
 
 `--traces` runs each scenario once per tracing setting: `off` (no OTLP endpoint, the
 default) or a sampling ratio, with idem exporting to a local OTLP/HTTP sink
@@ -47,6 +58,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import callgrind_breakdown as breakdown  # noqa: E402
+import callgrind_redis as redis_usage  # noqa: E402
 import callgrind_targets as targets  # noqa: E402
 import run  # noqa: E402  (the orchestrator's process helpers)
 from otlp_sink import OtlpSink  # noqa: E402
@@ -67,6 +79,16 @@ for _size, _bytes in (("1k", 1024), ("64k", 65536)):
         for _sealed in ("", "-sealed"):
             SCENARIOS[f"{_kind}-redis-{_size}{_sealed}"] = ("redis", "/charges", _keying)
 DEFAULT = ["passthrough", "fresh-memory", "fresh-redis", "replay-redis"]
+
+
+def floor_mode(name):
+    """The floor (bench/floor) a scenario is compared with: a fresh intent on the memory
+    store against the passthrough floor (the key and the record are its extra)."""
+    if name.startswith("fresh-redis"):
+        return "fresh"
+    if name.startswith("replay-redis"):
+        return "replay"
+    return "passthrough"
 
 
 def body_bytes(name):
@@ -139,7 +161,8 @@ def total_instructions(out_file):
 
 def measure(ctx, start, path, keying, n, tag, size=0):
     """Total instructions of one process started by `start(out_file)` serving `n`
-    requests (a replay's first execution is made before, and counted in both runs)."""
+    requests (a replay's first execution is made before, and counted in both runs), and
+    what Redis did meanwhile (callgrind_redis.used)."""
     out = os.path.join(ctx["workdir"], f"callgrind-{tag}-{n}.out")
     # Every run starts from an empty store: what a start-up reads (idem indexes the
     # records in progress once, with one SCAN) must not differ between the N and 2N
@@ -150,19 +173,22 @@ def measure(ctx, start, path, keying, n, tag, size=0):
         path = target.path or path
         if keying == "same":
             drive(target.port, path, keying, 1, tag, size)  # the first execution, not measured
+        before = redis_usage.snapshot(ctx["redis"])
         drive(target.port, path, keying, n, tag, size)
+        redis_used = redis_usage.used(before, redis_usage.snapshot(ctx["redis"]))
     finally:
         target.stop()
     total = total_instructions(out)
     if total == 0:
         raise RuntimeError(f"{tag}: no callgrind counts in {out}*")
-    return total
+    return total, redis_used
 
 
-def per_request(ctx, start, path, keying, n, tag):
-    small = measure(ctx, start, path, keying, n, f"{tag}-a")
-    large = measure(ctx, start, path, keying, 2 * n, f"{tag}-b")
-    return (large - small) / n
+def per_request(ctx, start, path, keying, n, tag, size=0):
+    """(instructions per request, Redis's cost per request: callgrind_redis.PerRequest)."""
+    small, redis_small = measure(ctx, start, path, keying, n, f"{tag}-a", size)
+    large, redis_large = measure(ctx, start, path, keying, 2 * n, f"{tag}-b", size)
+    return (large - small) / n, redis_usage.PerRequest(redis_small, redis_large, n)
 
 
 def print_syscalls(title, small_file, large_file, n, total):
@@ -187,7 +213,9 @@ def main():
     ap.add_argument("--traces", default="off",
                     help="comma-separated: off, or a sampling ratio (1, 0.01)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
-    ap.add_argument("--no-nginx", action="store_true", help="measure idem only")
+    ap.add_argument("--no-nginx", action="store_true", help="leave nginx out")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the floor of idem's own stack (bench/floor)")
     ap.add_argument("--breakdown", action="store_true",
                     help="after the table, each process's instructions per request by "
                          "component (crate) and its largest functions")
@@ -219,12 +247,13 @@ def main():
         if not shutil.which("strace"):
             sys.exit("strace missing: apt-get install strace")
     targets.ensure_tools(need_nginx=not args.no_nginx)
-    bins = {b: os.path.join(args.bin_dir, b) for b in ("idem", "idem-bench-upstream")}
+    needed = ["idem", "idem-bench-upstream"] + ([] if args.no_floor else ["idem-floor"])
+    bins = {b: os.path.join(args.bin_dir, b) for b in needed}
     for b in bins.values():
         if not os.path.exists(b):
-            sys.exit(f"{b} missing: cargo build --release --bins")
+            sys.exit(f"{b} missing: cargo build --release --bins -p idem -p idem-floor")
     workdir = tempfile.mkdtemp(prefix="idem-callgrind-")
-    ctx = {"workdir": workdir, "idem": bins["idem"]}
+    ctx = {"workdir": workdir, "idem": bins["idem"], "floor": bins.get("idem-floor")}
     redis = run.Redis(workdir)
     ctx["redis"] = redis
     ctx["upstream_port"] = run.free_port()
@@ -243,12 +272,14 @@ def main():
         print(f"{what} per request: ({n} vs {2 * n} sequential keep-alive POSTs) / "
               f"{n}; idem --workers 1, nginx 1 process; {os.path.abspath(args.bin_dir)}")
         print()
-        print(f"| scenario | traces | idem {unit}/req | nginx {unit}/req | idem/nginx "
-              "| exported B/req |")
-        print("|---|---|---:|---:|---:|---:|")
+        print(f"| scenario | traces | idem {unit}/req | floor {unit}/req | idem/floor "
+              f"| nginx {unit}/req | idem/nginx | exported B/req |")
+        print("|---|---|---:|---|---:|---:|---:|---:|")
         nginx = {}  # (path, keying) -> instructions per request: one run per request shape
+        floors = {}  # (mode, path, keying, size) -> (instructions, Redis) per request
         idem = {}
         tables = []  # (title, tag, total) of each process measured, for --breakdown
+        redis_rows = []  # (who, callgrind_redis.PerRequest), for the Redis table
         for name in names:
             store, path, keying = SCENARIOS[name]
             for traces in args.traces.split(","):
@@ -259,28 +290,48 @@ def main():
                 def start(out):
                     return targets.start_idem(ctx, store, out, env, extra)
 
-                small = measure(ctx, start, path, keying, n, f"{name}-{traces}-a", size)
+                small, redis_small = measure(ctx, start, path, keying, n,
+                                             f"{name}-{traces}-a", size)
                 middle = sink.bytes
-                large = measure(ctx, start, path, keying, 2 * n, f"{name}-{traces}-b", size)
+                large, redis_large = measure(ctx, start, path, keying, 2 * n,
+                                             f"{name}-{traces}-b", size)
                 exported = ((sink.bytes - middle) - (middle - before)) / n
                 ours = (large - small) / n
                 idem[(name, traces)] = ours
                 tables.append((f"idem {name}, traces {traces}", f"{name}-{traces}", ours))
+                if store == "redis":
+                    redis_rows.append((f"idem {name}",
+                                       redis_usage.PerRequest(redis_small, redis_large, n)))
+                floor = floor_ratio = "—"
+                if not args.no_floor:
+                    mode = floor_mode(name)
+                    shape = (mode, path, keying, size)
+                    if shape not in floors:
+                        floors[shape] = per_request(
+                            ctx, lambda out: targets.start_floor(ctx, mode, out), path,
+                            keying, n, f"floor-{name}", size)
+                        tables.append((f"floor {mode}, as {name}", f"floor-{name}",
+                                       floors[shape][0]))
+                        if mode != "passthrough":
+                            redis_rows.append((f"floor {mode}, as {name}", floors[shape][1]))
+                    floor = f"{fmt(floors[shape][0])} ({mode})"
+                    floor_ratio = f"{ours / floors[shape][0]:.2f}"
                 ref = ratio = "—"
                 if not args.no_nginx:
                     if (path, keying) not in nginx:
                         nginx[(path, keying)] = per_request(
                             ctx, lambda out: targets.start_nginx(ctx, out), path, keying, n,
-                            f"nginx-{name}")
+                            f"nginx-{name}")[0]
                         tables.append((f"nginx, as {name}", f"nginx-{name}",
                                        nginx[(path, keying)]))
                     ref = fmt(nginx[(path, keying)])
                     ratio = f"{ours / nginx[(path, keying)]:.2f}"
-                print(f"| {name} | {traces} | {fmt(ours)} | {ref} | {ratio} "
-                      f"| {exported:,.0f} |", flush=True)
+                print(f"| {name} | {traces} | {fmt(ours)} | {floor} | {floor_ratio} | {ref} "
+                      f"| {ratio} | {exported:,.0f} |", flush=True)
         if args.peer_bin:
-            peer = per_request(ctx, lambda out: targets.start_peer(ctx, args, out),
-                               "/charges", "unique", n, "peer")
+            peer, peer_redis = per_request(ctx, lambda out: targets.start_peer(ctx, args, out),
+                                           "/charges", "unique", n, "peer")
+            redis_rows.append((f"peer {os.path.basename(args.peer_bin)}", peer_redis))
             line = f"peer {args.peer_bin}, fresh intents on Redis: {fmt(peer)} {unit}/req"
             ref = nginx.get(("/charges", "unique"))
             if ref:
@@ -290,6 +341,8 @@ def main():
                 line += f"; idem fresh-redis {fmt(ours)}: {peer / ours:.2f}× fewer than the peer"
             print()
             print(line)
+        if redis_rows and not args.syscalls:
+            redis_usage.print_table(redis_rows)
         if args.breakdown:
             for title, tag, total in tables:
                 files = [os.path.join(workdir, f"callgrind-{tag}-{side}-{k}.out")

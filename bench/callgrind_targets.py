@@ -1,6 +1,6 @@
 """The proxies bench/callgrind.py measures, each started under `valgrind --tool=callgrind`
-on a free loopback port in front of the same bench upstream: idem, nginx, and an optional
-peer idempotency proxy.
+on a free loopback port in front of the same bench upstream: idem, nginx, an optional
+peer idempotency proxy, and the floor of idem's own stack (bench/floor).
 
 Each `start_*` returns a `Target`: the port to send to, the path to send (a peer may
 route by path) and how to stop it. valgrind follows only the process it starts
@@ -106,6 +106,19 @@ def start_idem(ctx, store, out_file, env=None, store_extra=""):
     idem = run.Idem({"idem": wrapper}, ctx["workdir"], ctx["upstream_port"], store,
                     redis=ctx["redis"], workers=1, env=env, store_extra=store_extra)
     return Target(idem.proc, idem.port)
+
+
+def start_floor(ctx, mode, out_file):
+    """The floor of idem's own stack (bench/floor): `passthrough`, `fresh` or `replay`,
+    in front of the same upstream and, but for passthrough, the same Redis."""
+    port = run.free_port()
+    argv = [ctx["floor"], "--mode", mode, "--listen", f"127.0.0.1:{port}",
+            "--upstream", f"127.0.0.1:{ctx['upstream_port']}"]
+    if mode != "passthrough":
+        argv += ["--redis", ctx["redis"].url()]
+    proc = run.Proc(f"floor-{mode}", under_callgrind(out_file, argv), ctx["workdir"])
+    wait_listening(proc, port)
+    return Target(proc, port)
 
 
 # One process that is both master and worker (`master_process off`), so valgrind,
