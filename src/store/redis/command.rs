@@ -23,12 +23,17 @@ impl ToRedisArgs for Encoded<'_> {
     }
 }
 
+/// The most arguments a fenced script call has: `EVALSHA`, its hash, the key count, the
+/// store key and the eight `ARGV` of `REPLACE_IF_OWNER` (see `scripts.rs`).
+const MAX_ARGS: usize = 12;
+
 /// `name`, to which the caller appends the arguments. When one of them is `carries`, the
 /// buffer is sized for that record up front, so encoding into it never regrows (and
-/// copies) it midway.
+/// copies) it midway; the argument list is sized for the longest call, for the same
+/// reason.
 pub(super) fn command(name: &str, carries: Option<&Record>) -> Cmd {
     let bytes = 192 + carries.map_or(0, encoded_size_hint);
-    let mut cmd = Cmd::with_capacity(10, bytes);
+    let mut cmd = Cmd::with_capacity(MAX_ARGS, bytes);
     cmd.arg(name);
     cmd
 }

@@ -51,15 +51,17 @@ enum Entry {
         /// An event about the key arrived since the leader sent its read.
         changed: bool,
     },
+    // Records are boxed: an entry is moved into and out of the map's table, and a
+    // pointer is cheaper to move than a record (about 300 bytes).
     Owned {
-        record: Record,
+        record: Box<Record>,
         /// When its lease ends, by this process's monotonic clock (`None`: unknown,
         /// ask Redis).
         lease_until: Option<Instant>,
         duplicates: bool,
     },
     Completed {
-        record: Record,
+        record: Box<Record>,
         until: Instant,
     },
 }
@@ -122,12 +124,12 @@ impl Local {
                 // store time at which the decision finds the lease live.
                 let left = lease_until.saturating_duration_since(Instant::now());
                 let now = record.expires_at_ms.saturating_sub(left.as_millis() as u64);
-                return Lookup::Known((record.clone(), now));
+                return Lookup::Known((Record::clone(record), now));
             }
             Some(Entry::Completed { record, until }) if *until > Instant::now() => {
                 // A completed record is decided without the clock (replayed, or taken
                 // over by a new attempt whose lease the store stamps).
-                return Lookup::Known((record.clone(), 0));
+                return Lookup::Known((Record::clone(record), 0));
             }
             _ => {}
         }
@@ -161,7 +163,7 @@ impl Local {
         if record.is_completed() {
             if duplicates {
                 let until = Instant::now() + KEEP_COMPLETED;
-                let record = record.clone();
+                let record = Box::new(record.clone());
                 map.insert(*key, Entry::Completed { record, until });
             } else {
                 map.remove(key);
@@ -175,7 +177,7 @@ impl Local {
             }) = map.get_mut(key)
             {
                 if held.token == *owner {
-                    *held = record.clone();
+                    (**held).clone_from(record);
                     *until = lease_until;
                 }
             }
@@ -252,7 +254,7 @@ impl Leader {
         self.settle(
             |duplicates| {
                 Some(Entry::Owned {
-                    record: record.clone(),
+                    record: Box::new(record.clone()),
                     lease_until,
                     duplicates,
                 })
@@ -269,7 +271,7 @@ impl Leader {
         self.settle(
             |duplicates| {
                 (record.is_completed() && duplicates).then(|| Entry::Completed {
-                    record: record.clone(),
+                    record: Box::new(record.clone()),
                     until: Instant::now() + KEEP_COMPLETED,
                 })
             },

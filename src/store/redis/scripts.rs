@@ -65,7 +65,9 @@ impl Scripts {
     }
 }
 
-/// The server's clock as unix ms (`now`), and `stamp(record, lease, sent)`: the record
+/// The server's clock as unix ms (`now()`, read with `TIME` once per script and only
+/// when needed: a replay or a completion never asks, which saves Redis a command per
+/// call), and `stamp(record, lease, sent)`: the record
 /// with `expires_at_ms` set to `now + lease` (unless `lease` is `""`) and, when `sent` is
 /// `"1"`, `sent_at_ms` set to `now`; `keep_sent(record, current)`: the record with the
 /// `sent_at_ms` of the stored `current` (a write that is not a first send keeps the
@@ -73,8 +75,14 @@ impl Scripts {
 /// only (from byte 35, before the first newline), where every string is JSON-escaped, so
 /// a key or header cannot fake them.
 const CLOCK: &str = r#"
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local clock_ms
+local function now()
+  if not clock_ms then
+    local clock = redis.call('TIME')
+    clock_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  end
+  return clock_ms
+end
 local function set_field(record, name, value)
   local eol = string.find(record, '\n', 35, true) or #record
   local s, e = string.find(record, '"' .. name .. '":%d+', 35)
@@ -95,9 +103,9 @@ local function stamp(record, lease, sent)
   if lease == '' then
     return record
   end
-  record = set_field(record, 'expires_at_ms', now + tonumber(lease))
+  record = set_field(record, 'expires_at_ms', now() + tonumber(lease))
   if sent == '1' then
-    record = set_field(record, 'sent_at_ms', now)
+    record = set_field(record, 'sent_at_ms', now())
   end
   return record
 end
@@ -115,12 +123,12 @@ if current then
   if string.sub(current, 1, 1) == 'C' then
     return current
   end
-  return {now, current}
+  return {now(), current}
 end
 local record = stamp(ARGV[1], ARGV[3], '1')
 redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
 index(record, KEYS[1])
-return now
+return now()
 ";
 
 /// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` new record; `ARGV[3]` TTL
@@ -195,12 +203,12 @@ end
 const LEASE_ENDED: &str = r#"
 local record = redis.call('GET', KEYS[1])
 local lease_end = lease_field(record, 'expires_at_ms')
-if not lease_end or lease_end > now then
+if not lease_end or lease_end > now() then
   return 0
 end
 if ARGV[8] ~= '' then
   local sent_at = lease_field(record, 'sent_at_ms')
-  if not sent_at or now - sent_at >= tonumber(ARGV[8]) then
+  if not sent_at or now() - sent_at >= tonumber(ARGV[8]) then
     return 0
   end
 end
@@ -210,7 +218,7 @@ end
 /// ended by the server's clock (an owner back from a long pause does not revive it).
 const LEASE_LIVE: &str = r#"
 local lease_end = lease_field(redis.call('GET', KEYS[1]), 'expires_at_ms')
-if not lease_end or lease_end <= now then
+if not lease_end or lease_end <= now() then
   return 0
 end
 "#;
