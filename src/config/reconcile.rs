@@ -51,6 +51,21 @@ pub struct Reconcile {
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Reconcile {
+    /// A lookup of `path` with these status rules, for the tests of what its answers
+    /// say (`proxy/decide/lookup.rs`).
+    #[cfg(test)]
+    pub fn for_test(path: &str, found: &[u16], absent: &[u16], found_json: Option<&str>) -> Self {
+        Reconcile {
+            method: Method::GET,
+            path: Reconcile::parse_path(path).expect("a valid lookup path"),
+            source: path.to_owned(),
+            found: found.to_vec(),
+            found_json: found_json.map(str::to_owned),
+            absent: absent.to_vec(),
+            timeout: TIMEOUT,
+        }
+    }
+
     /// Parse a `reconcile.path` (`{key}` and key placeholders).
     pub fn parse_path(text: &str) -> Result<Vec<Template>, String> {
         if !text.starts_with('/') {

@@ -5,6 +5,8 @@
 //!   and whether it may still wait.
 //! - [`settle`]: the winner's — the outcome classes, what a finished exchange with the
 //!   upstream does to the reservation (store, release, hold).
+//! - [`lookup_status`] and [`lookup_read`] (`decide/lookup.rs`): what a reconciliation
+//!   lookup's answer says about an unknown outcome (found, absent, or neither).
 //!
 //! An attempt outlives its lease (SPEC §1 "Unknown outcomes"): a record in progress
 //! whose lease has ended is an **unknown outcome**, and what a repeat gets is the
@@ -12,6 +14,10 @@
 //! `upstream_key_window`), ask the upstream first (`reconcile`), or 409 `outcome_unknown`
 //! (`hold`). Taking it over is a fenced store write ([`crate::store::Store::take_over`]).
 //! A waiting duplicate naps until the lease's end at the latest, then looks again.
+
+mod lookup;
+
+pub use lookup::{lookup_read, lookup_status, Lookup};
 
 use std::time::Duration;
 

@@ -111,7 +111,8 @@ impl Proxy {
                 DefaultAction::Passthrough => {
                     let body = Either::Right(body);
                     let format = ProblemFormat::default();
-                    forward_unprotected(&self.worker, None, parts, body, client_ip, &format).await
+                    let cx = RequestContext::new(self.worker.clone(), None);
+                    forward_unprotected(&cx, parts, body, client_ip, &format).await
                 }
                 DefaultAction::Reject => {
                     problem::no_route(parts.method.as_str(), parts.uri.path()).into_response()
@@ -190,7 +191,9 @@ pub struct Handled {
 }
 
 impl Handled {
-    /// Answered without the upstream and without the store.
+    /// The one constructor: `response`, answered with `outcome`. A protected request
+    /// adds its key and store time ([`Handled::keyed`]), a call to the upstream its time
+    /// ([`Handled::upstream_since`]).
     pub fn answered(response: Response<ProxyBody>, outcome: Outcome) -> Handled {
         Handled {
             response,
@@ -199,6 +202,13 @@ impl Handled {
             store_time: Duration::ZERO,
             upstream_time: None,
         }
+    }
+
+    /// The request's store key (once derived) and the time its store round trips took.
+    pub fn keyed(mut self, key: Option<StoreKey>, store_time: Duration) -> Handled {
+        self.key = key;
+        self.store_time = store_time;
+        self
     }
 
     /// The upstream was called at `started`.
@@ -211,15 +221,15 @@ impl Handled {
 /// Forward without idempotency (unmatched routes, `require_key: false` without a key,
 /// or a degraded store). The body streams through untouched, both ways.
 async fn forward_unprotected(
-    worker: &Worker,
-    trace: Option<&RequestTrace>,
+    cx: &RequestContext,
     parts: request::Parts,
     body: body::UpstreamBody,
     client_ip: Option<IpAddr>,
     format: &ProblemFormat,
 ) -> Response<ProxyBody> {
-    let request = forward::upstream_request(&worker.upstream.url, parts, body, client_ip, None);
-    match exchange::forward(worker, trace, request, format).await {
+    let url = &cx.worker.upstream.url;
+    let request = forward::upstream_request(url, parts, body, client_ip, None);
+    match exchange::forward(cx, request, format).await {
         Ok(response) => response.map(body::stream),
         Err(problem) => problem,
     }

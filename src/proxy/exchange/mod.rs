@@ -5,32 +5,36 @@
 //! the call's *answer* is comes from an [`Answer`] extractor:
 //! - [`StatusAnswer`] (plain HTTP): the response's status is the outcome;
 //! - [`McpAnswer`]: the final JSON-RPC message for the call's id, from a JSON answer or
-//!   picked out of an event stream.
+//!   picked out of an event stream;
+//! - [`ToolsListAnswer`]: an MCP `tools/list` event stream, amended as it passes.
 //!
 //! What becomes of the reservation afterwards is not decided here: the caller passes
 //! the [`Exchanged`] outcome to [`super::decide::settle`].
 
 mod mcp;
 mod plain;
+mod tools_list;
 
 pub use mcp::McpAnswer;
 pub use plain::StatusAnswer;
+pub use tools_list::ToolsListAnswer;
 
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{response, Request, Response};
-use http_body::{Body, SizeHint};
+use http_body::{Body, Frame, SizeHint};
 use opentelemetry_sdk::trace::Span;
 
 use super::body::{ProxyBody, UpstreamBody};
 use super::context::RequestContext;
-use super::decide::Exchanged;
+use super::decide::{lookup_read, lookup_status, Exchanged, Lookup};
 use super::headers::strip_hop_by_hop;
 use super::outbound::Outbound;
 use super::problem::{self, ProblemFormat};
 use super::Worker;
-use crate::config::{Found, Reconcile, RoutePolicy};
+use crate::config::{Reconcile, RoutePolicy};
 use crate::store::StoredResponse;
 use crate::traces::request::end_upstream;
 use crate::traces::RequestTrace;
@@ -38,11 +42,23 @@ use crate::upstream::{ResponseBody, Sent};
 
 /// What a call's answer is, read off the response as it streams to the caller.
 pub trait Answer {
+    /// Whether it passes frames on other than as they came ([`Answer::relay`]): then the
+    /// caller's body has no known length. A constant, so the plain answers' frame loop
+    /// does not carry the rewriting.
+    const RELAYS: bool = false;
     /// The response head arrived (hop-by-hop headers already stripped).
     fn head(&mut self, head: &response::Parts, size: SizeHint);
     /// A data frame, before it goes on: `true` when it completes the answer (the frame
     /// is then held until the record is written, and the rest is not read).
     fn data(&mut self, data: &Bytes) -> bool;
+    /// What a data frame passes on as (only with `RELAYS`).
+    fn relay(&mut self, data: Bytes) -> Bytes {
+        data
+    }
+    /// What is still held back when the body ends (only with `RELAYS`).
+    fn rest(&mut self) -> Option<Bytes> {
+        None
+    }
     /// The body ended, or a frame completed the answer: the outcome and the response to
     /// record if the route stores it. `Err`: the answer is missing, the outcome unknown.
     fn finish(self) -> Result<(Exchanged, Option<StoredResponse>), String>;
@@ -63,11 +79,6 @@ pub struct Ended {
 struct UpstreamSpan(Option<Box<Span>>);
 
 impl UpstreamSpan {
-    /// Start the span and pass its context on in `request`'s `traceparent`.
-    fn start(trace: Option<&RequestTrace>, request: &mut Request<UpstreamBody>) -> Self {
-        UpstreamSpan(trace.and_then(|t| t.upstream(request)).map(Box::new))
-    }
-
     fn end(self, status: Option<u16>, failure: Option<&str>) {
         if let Some(span) = self.0 {
             end_upstream(*span, status, failure);
@@ -75,36 +86,66 @@ impl UpstreamSpan {
     }
 }
 
+/// No answer came: nothing was sent ([`Exchanged::NotSent`]) or the outcome is unknown
+/// ([`Exchanged::Ambiguous`]), and why.
+struct Unanswered {
+    exchanged: Exchanged,
+    reason: String,
+}
+
+/// **The one send step** of every exchange, in two halves around the client's future:
+/// [`send`] starts the upstream span (its context goes out in the request's
+/// `traceparent`) and hands back the future that sends, which the caller awaits itself;
+/// [`answered`] classifies what it did. Not one `async fn`: a nesting level would keep
+/// its own copy of the request in every request's future (measured: ~600 bytes more).
+fn send<'w>(
+    worker: &'w Worker,
+    trace: Option<&RequestTrace>,
+    mut request: Request<UpstreamBody>,
+    timeout: Duration,
+) -> (UpstreamSpan, impl Future<Output = Sent> + 'w) {
+    let span = UpstreamSpan(trace.and_then(|t| t.upstream(&mut request)).map(Box::new));
+    (span, worker.client.send(request, timeout))
+}
+
+/// The second half of [`send`]: the answer's head with the span still open for its
+/// body, or the span ended with why nothing answered.
+fn answered(
+    span: UpstreamSpan,
+    sent: Sent,
+) -> Result<(Response<ResponseBody>, UpstreamSpan), Unanswered> {
+    let (exchanged, reason) = match sent {
+        Sent::Answered(response) => return Ok((response, span)),
+        Sent::NotSent(e) => (Exchanged::NotSent, e.to_string()),
+        Sent::Ambiguous(reason) => (Exchanged::Ambiguous, reason),
+    };
+    span.end(None, Some(&reason));
+    Err(Unanswered { exchanged, reason })
+}
+
 /// Forward without idempotency: the answer's head, its body left to stream, or the
 /// problem to answer with (502 nothing sent, 504 outcome unknown).
 pub async fn forward(
-    worker: &Worker,
-    trace: Option<&RequestTrace>,
-    mut request: Request<UpstreamBody>,
+    cx: &RequestContext,
+    request: Request<UpstreamBody>,
     format: &ProblemFormat,
 ) -> Result<Response<ResponseBody>, Response<ProxyBody>> {
-    // The span starts here, and the client's future is awaited right here, not in a
-    // helper future: every nesting level keeps its own copy of the request in its state
-    // (measured: ~600 bytes more in every request's future).
-    let span = UpstreamSpan::start(trace, &mut request);
-    let sent = worker.client.send(request, worker.upstream.timeout).await;
-    match sent {
-        Sent::Answered(mut response) => {
+    let worker = &*cx.worker;
+    let (span, sending) = send(worker, cx.trace(), request, worker.upstream.timeout);
+    match answered(span, sending.await) {
+        Ok((mut response, span)) => {
             span.end(Some(response.status().as_u16()), None);
             strip_hop_by_hop(response.headers_mut());
             Ok(response)
         }
-        Sent::NotSent(e) => {
-            span.end(None, Some(&e.to_string()));
-            Err(format.respond(problem::upstream_unavailable()))
-        }
-        Sent::Ambiguous(reason) => {
-            span.end(None, Some(&reason));
-            Err(format.respond(problem::upstream_timeout(
-                None,
-                crate::config::OnUnknown::Retry,
-            )))
-        }
+        Err(Unanswered {
+            exchanged: Exchanged::NotSent,
+            ..
+        }) => Err(format.respond(problem::upstream_unavailable())),
+        Err(_) => Err(format.respond(problem::upstream_timeout(
+            None,
+            crate::config::OnUnknown::Retry,
+        ))),
     }
 }
 
@@ -112,32 +153,27 @@ pub async fn forward(
 /// read what `answer` extracts from it. The span covers the head and the body.
 pub async fn execute<A: Answer>(
     cx: &RequestContext,
-    mut request: Request<UpstreamBody>,
+    request: Request<UpstreamBody>,
     answer: A,
     out: Outbound,
 ) -> Ended {
     let worker = &*cx.worker;
     let timeout = worker.upstream.timeout;
-    let span = UpstreamSpan::start(cx.trace(), &mut request);
-    let sent = worker.client.send(request, timeout).await;
-    let (ended, status) = match sent {
-        Sent::NotSent(e) => (
-            Ended::unanswered(Exchanged::NotSent, e.to_string(), out),
-            None,
-        ),
-        Sent::Ambiguous(reason) => (Ended::unanswered(Exchanged::Ambiguous, reason, out), None),
-        Sent::Answered(response) => {
-            let status = response.status().as_u16();
-            (pump(response, answer, out, timeout).await, Some(status))
-        }
+    let (span, sending) = send(worker, cx.trace(), request, timeout);
+    let (response, span) = match answered(span, sending.await) {
+        Ok(answered) => answered,
+        Err(Unanswered { exchanged, reason }) => return Ended::unanswered(exchanged, reason, out),
     };
+    let status = response.status().as_u16();
+    let ended = pump(response, answer, out, timeout).await;
     let failure = (!ended.reason.is_empty()).then_some(ended.reason.as_str());
-    span.end(status, failure);
+    span.end(Some(status), failure);
     ended
 }
 
-/// Pass the answer's frames on as they come, until its end or the frame completing it.
-async fn pump<A: Answer>(
+/// The frame loop of every exchange: pass the answer's frames on as they come (as the
+/// answer relays them), until its end or the frame completing it.
+pub async fn pump<A: Answer>(
     response: Response<ResponseBody>,
     mut answer: A,
     mut out: Outbound,
@@ -146,7 +182,11 @@ async fn pump<A: Answer>(
     let (mut parts, mut body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     answer.head(&parts, body.size_hint());
-    out.set_head(Response::from_parts(parts, ()), body.size_hint());
+    let hint = match A::RELAYS {
+        true => SizeHint::default(),
+        false => body.size_hint(),
+    };
+    out.set_head(Response::from_parts(parts, ()), hint);
     loop {
         match body.next_frame(timeout).await {
             Err(reason) => return Ended::unanswered(Exchanged::Ambiguous, reason, out),
@@ -156,9 +196,19 @@ async fn pump<A: Answer>(
                     out.hold(frame);
                     break;
                 }
+                let frame = match A::RELAYS {
+                    true => match frame.into_data() {
+                        Ok(data) => Frame::data(answer.relay(data)),
+                        Err(trailers) => trailers,
+                    },
+                    false => frame,
+                };
                 out.push(frame).await;
             }
         }
+    }
+    if let Some(rest) = A::RELAYS.then(|| answer.rest()).flatten() {
+        out.push(Frame::data(rest)).await;
     }
     match answer.finish() {
         Err(reason) => Ended::unanswered(Exchanged::Ambiguous, reason, out),
@@ -171,66 +221,39 @@ async fn pump<A: Answer>(
     }
 }
 
-/// What a reconciliation lookup said about an attempt whose outcome was unknown.
-pub enum Lookup {
-    /// It happened: this answer is the outcome.
-    Found(StoredResponse),
-    /// It never happened.
-    Absent,
-    /// No answer that says either (another status, timeout, refused).
-    Failed(String),
-}
-
 /// Ask the upstream about an attempt (`reconcile:`): the lookup is an exchange like any
-/// other, bounded by the lookup's own timeout, in its own upstream span.
+/// other, bounded by the lookup's own timeout, in its own upstream span. What its answer
+/// says is the pure rule of [`super::decide::lookup_status`] and [`lookup_read`].
 pub async fn lookup(
     cx: &RequestContext,
-    mut request: Request<UpstreamBody>,
+    request: Request<UpstreamBody>,
     reconcile: &Reconcile,
     policy: &RoutePolicy,
 ) -> Lookup {
-    let worker = &*cx.worker;
-    let span = UpstreamSpan::start(cx.trace(), &mut request);
-    let sent = worker.client.send(request, reconcile.timeout).await;
-    let response = match sent {
-        Sent::Answered(response) => response,
-        Sent::NotSent(e) => {
-            let reason = format!("the lookup was not sent: {e}");
-            span.end(None, Some(&reason));
-            return Lookup::Failed(reason);
-        }
-        Sent::Ambiguous(reason) => {
-            let reason = format!("the lookup got no answer: {reason}");
-            span.end(None, Some(&reason));
-            return Lookup::Failed(reason);
+    let (span, sending) = send(&cx.worker, cx.trace(), request, reconcile.timeout);
+    let (response, span) = match answered(span, sending.await) {
+        Ok(answered) => answered,
+        Err(Unanswered { exchanged, reason }) => {
+            return Lookup::Failed(match exchanged {
+                Exchanged::NotSent => format!("the lookup was not sent: {reason}"),
+                _ => format!("the lookup got no answer: {reason}"),
+            })
         }
     };
     let status = response.status().as_u16();
-    let absent = reconcile.absent.contains(&status);
-    if !reconcile.found.contains(&status) {
+    if let Some(verdict) = lookup_status(reconcile, status) {
         span.end(Some(status), None);
-        return match absent {
-            true => Lookup::Absent,
-            false => Lookup::Failed(format!("the lookup answered {status}")),
-        };
+        return verdict;
     }
     let answer = StatusAnswer::keeping(policy);
     let ended = pump(response, answer, Outbound::detached(), reconcile.timeout).await;
     let failure = (!ended.reason.is_empty()).then_some(ended.reason.as_str());
     span.end(Some(status), failure);
-    let stored = match ended.stored {
-        Some(stored) if failure.is_none() => stored,
-        _ => return Lookup::Failed(format!("the lookup's answer broke off: {}", ended.reason)),
+    let read = match ended.stored {
+        Some(stored) if failure.is_none() => Ok(stored),
+        _ => Err(ended.reason),
     };
-    // A search's empty 200 is not "found" (`found_json`): absent if its status says so.
-    match reconcile.read_found(stored.body.as_deref()) {
-        Found::Yes => Lookup::Found(stored),
-        Found::Empty if absent => Lookup::Absent,
-        Found::Empty => Lookup::Failed(format!(
-            "the lookup answered {status} without the attempt at found_json"
-        )),
-        Found::Unreadable(why) => Lookup::Failed(format!("found_json: {why}")),
-    }
+    lookup_read(reconcile, status, read)
 }
 
 impl Ended {

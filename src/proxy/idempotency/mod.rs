@@ -348,11 +348,8 @@ impl<'a> Flow<'a> {
             Ok(response) => response,
             Err(_) => self.format.respond(problem::upstream_unavailable()),
         };
-        let handled = Handled {
-            key: self.key,
-            store_time: self.store_time,
-            ..Handled::answered(response, Outcome::Forwarded)
-        };
-        handled.upstream_since(started)
+        Handled::answered(response, Outcome::Forwarded)
+            .keyed(self.key, self.store_time)
+            .upstream_since(started)
     }
 }

@@ -57,13 +57,10 @@ impl Flow<'_> {
         let started = Instant::now();
         let (cx, format) = (self.cx, &self.format);
         let (parts, ip) = (self.parts, self.client_ip);
-        let response = forward_unprotected(&cx.worker, cx.trace(), parts, body, ip, format).await;
-        let handled = Handled {
-            key: self.key,
-            store_time: self.store_time,
-            ..Handled::answered(response, outcome)
-        };
-        handled.upstream_since(started)
+        let response = forward_unprotected(cx, parts, body, ip, format).await;
+        Handled::answered(response, outcome)
+            .keyed(self.key, self.store_time)
+            .upstream_since(started)
     }
 
     /// `existing` with its sealed response opened, or the 409 `record_unreadable` when no
@@ -110,11 +107,7 @@ impl Flow<'_> {
     }
 
     pub(super) fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
-        Handled {
-            key: self.key,
-            store_time: self.store_time,
-            ..Handled::answered(response, outcome)
-        }
+        Handled::answered(response, outcome).keyed(self.key, self.store_time)
     }
 
     /// Run one store round trip, timed for the metrics and the request's log line.

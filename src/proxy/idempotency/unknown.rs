@@ -8,7 +8,8 @@
 use http::{request, Request, Uri};
 use http_body_util::{Either, Full};
 
-use super::super::exchange::{self, Lookup};
+use super::super::decide::Lookup;
+use super::super::exchange;
 use super::super::forward::upstream_request;
 use super::super::problem::{self, Problem, UnknownBecause};
 use super::Flow;
