@@ -4,7 +4,8 @@ unlike timings).
 
     python3 bench/callgrind.py [--requests 2000] [--only passthrough,fresh-redis]
                                [--traces off,1,0.01] [--bin-dir target/release]
-                               [--no-nginx] [--no-floor] [--peer-bin PATH]
+                               [--no-nginx] [--no-floor] [--before DIR]
+                               [--peer-bin PATH]
 
 For each scenario, idem (one worker) runs under `valgrind --tool=callgrind` twice: once
 serving N requests and once serving 2N, one keep-alive connection, sequentially. The
@@ -25,6 +26,10 @@ scenario is printed with its floor and the ratio: passthrough against the floor'
 passthrough, a fresh intent on Redis against one `SET NX GET PX` + forward + one `SET`,
 a replay against one `GET`, and a fresh intent on the memory store against the
 passthrough floor (its key and record are the difference). `--no-floor` leaves it out.
+
+`--before DIR` measures a second idem binary (an earlier build, e.g. of the commit
+before a change) in every scenario of the same run, interleaved with this one, and prints
+both with the change: "before and after" in one command, on one machine state.
 
 For every process that used Redis, a second table gives Redis's own cost per request:
 the commands, their `INFO commandstats` time and Redis's CPU time (callgrind_redis.py).
@@ -49,9 +54,7 @@ counted too: the figure is the whole cost of tracing a request.
 
 import argparse
 import base64
-import http.client
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -59,11 +62,11 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import callgrind_breakdown as breakdown  # noqa: E402
 import callgrind_redis as redis_usage  # noqa: E402
+from callgrind_measure import measure, per_request, print_syscalls  # noqa: E402
 import callgrind_targets as targets  # noqa: E402
 import run  # noqa: E402  (the orchestrator's process helpers)
 from otlp_sink import OtlpSink  # noqa: E402
 
-BODY = run.BODY
 SCENARIOS = {
     # name: (store, path, key per request: "unique" | "same" | None)
     "passthrough": ("memory", "/other", None),
@@ -107,103 +110,6 @@ def sealing(ctx, name):
     return f"  encryption:\n    keys:\n      - {{id: bench, file: {key}}}\n"
 
 
-def drive(port, path, keying, n, tag, size=0):
-    """`n` sequential POSTs on one keep-alive connection; every answer must be 2xx."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    for i in range(n):
-        headers = {"content-type": "application/json"}
-        if size:
-            headers["x-bench-body-bytes"] = str(size)
-        if keying == "unique":
-            headers["idempotency-key"] = f"cg-{tag}-{i}"
-        elif keying == "same":
-            # One key per scenario (the tag without its run suffix): Redis outlives the
-            # runs, and a replay scenario must not replay another scenario's record.
-            headers["idempotency-key"] = f"cg-replayed-{tag.rsplit('-', 1)[0]}"
-        conn.request("POST", path, body=BODY, headers=headers)
-        resp = conn.getresponse()
-        resp.read()
-        if resp.status >= 300:
-            raise RuntimeError(f"{path}: status {resp.status} on request {i}")
-    conn.close()
-
-
-def syscall_counts(out_file):
-    """{syscall: calls} from a `strace -c` summary."""
-    counts = {}
-    with open(out_file) as f:
-        for line in f:
-            cols = line.split()
-            # % time, seconds, usecs/call, calls, [errors,] syscall
-            if len(cols) >= 5 and cols[3].isdigit() and not cols[-1].startswith("total"):
-                counts[cols[-1]] = int(cols[3])
-    return counts
-
-
-def total_instructions(out_file):
-    """Sum of `summary:`/`totals:` over the per-thread dump files (with --syscalls:
-    the system calls `strace -c` counted)."""
-    if targets.COUNTER["tool"] == "strace":
-        return sum(syscall_counts(out_file).values())
-    total = 0
-    d, base = os.path.split(out_file)
-    for name in os.listdir(d):
-        if not name.startswith(base):
-            continue
-        with open(os.path.join(d, name)) as f:
-            for line in f:
-                m = re.match(r"(?:summary|totals):\s+(\d+)", line)
-                if m:
-                    total += int(m.group(1))
-                    break
-    return total
-
-
-def measure(ctx, start, path, keying, n, tag, size=0):
-    """Total instructions of one process started by `start(out_file)` serving `n`
-    requests (a replay's first execution is made before, and counted in both runs), and
-    what Redis did meanwhile (callgrind_redis.used)."""
-    out = os.path.join(ctx["workdir"], f"callgrind-{tag}-{n}.out")
-    # Every run starts from an empty store: what a start-up reads (idem indexes the
-    # records in progress once, with one SCAN) must not differ between the N and 2N
-    # runs, or it is counted as a per-request cost.
-    ctx["redis"].cli("FLUSHALL")
-    target = start(out)
-    try:
-        path = target.path or path
-        if keying == "same":
-            drive(target.port, path, keying, 1, tag, size)  # the first execution, not measured
-        before = redis_usage.snapshot(ctx["redis"])
-        drive(target.port, path, keying, n, tag, size)
-        redis_used = redis_usage.used(before, redis_usage.snapshot(ctx["redis"]))
-    finally:
-        target.stop()
-    total = total_instructions(out)
-    if total == 0:
-        raise RuntimeError(f"{tag}: no callgrind counts in {out}*")
-    return total, redis_used
-
-
-def per_request(ctx, start, path, keying, n, tag, size=0):
-    """(instructions per request, Redis's cost per request: callgrind_redis.PerRequest)."""
-    small, redis_small = measure(ctx, start, path, keying, n, f"{tag}-a", size)
-    large, redis_large = measure(ctx, start, path, keying, 2 * n, f"{tag}-b", size)
-    return (large - small) / n, redis_usage.PerRequest(redis_small, redis_large, n)
-
-
-def print_syscalls(title, small_file, large_file, n, total):
-    small, large = syscall_counts(small_file), syscall_counts(large_file)
-    rows = sorted(((large.get(k, 0) - small.get(k, 0)) / n, k) for k in set(small) | set(large))
-    print()
-    print(f"#### {title}: {total:.2f} system calls per request")
-    print()
-    print("| system call | per request |")
-    print("|---|---:|")
-    for per, name in reversed(rows):
-        if per >= 0.01:
-            print(f"| `{name}` | {per:.2f} |")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__ + targets.PEER_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -214,6 +120,9 @@ def main():
                     help="comma-separated: off, or a sampling ratio (1, 0.01)")
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     ap.add_argument("--no-nginx", action="store_true", help="leave nginx out")
+    ap.add_argument("--before", metavar="DIR",
+                    help="also measure the idem binary in DIR (an earlier build) in each "
+                         "scenario, and print it beside this one with the change")
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the floor of idem's own stack (bench/floor)")
     ap.add_argument("--breakdown", action="store_true",
@@ -254,6 +163,9 @@ def main():
             sys.exit(f"{b} missing: cargo build --release --bins -p idem -p idem-floor")
     workdir = tempfile.mkdtemp(prefix="idem-callgrind-")
     ctx = {"workdir": workdir, "idem": bins["idem"], "floor": bins.get("idem-floor")}
+    earlier = args.before and os.path.join(args.before, "idem")
+    if earlier and not os.path.exists(earlier):
+        sys.exit(f"--before: {earlier} missing")
     redis = run.Redis(workdir)
     ctx["redis"] = redis
     ctx["upstream_port"] = run.free_port()
@@ -272,9 +184,10 @@ def main():
         print(f"{what} per request: ({n} vs {2 * n} sequential keep-alive POSTs) / "
               f"{n}; idem --workers 1, nginx 1 process; {os.path.abspath(args.bin_dir)}")
         print()
-        print(f"| scenario | traces | idem {unit}/req | floor {unit}/req | idem/floor "
+        then = f" before {unit}/req | change |" if earlier else ""
+        print(f"| scenario | traces | idem {unit}/req |{then} floor {unit}/req | idem/floor "
               f"| nginx {unit}/req | idem/nginx | exported B/req |")
-        print("|---|---|---:|---|---:|---:|---:|---:|")
+        print("|---|---|---:|" + ("---:|---:|" if earlier else "") + "---|---:|---:|---:|---:|")
         nginx = {}  # (path, keying) -> instructions per request: one run per request shape
         floors = {}  # (mode, path, keying, size) -> (instructions, Redis) per request
         idem = {}
@@ -298,6 +211,15 @@ def main():
                 exported = ((sink.bytes - middle) - (middle - before)) / n
                 ours = (large - small) / n
                 idem[(name, traces)] = ours
+                change = ""
+                if earlier:
+                    now_bin, ctx["idem"] = ctx["idem"], earlier
+                    try:
+                        was = per_request(ctx, start, path, keying, n,
+                                          f"before-{name}-{traces}", size)[0]
+                    finally:
+                        ctx["idem"] = now_bin
+                    change = f" {fmt(was)} | {100 * (ours - was) / was:+.1f} % |"
                 tables.append((f"idem {name}, traces {traces}", f"{name}-{traces}", ours))
                 if store == "redis":
                     redis_rows.append((f"idem {name}",
@@ -326,8 +248,8 @@ def main():
                                        nginx[(path, keying)]))
                     ref = fmt(nginx[(path, keying)])
                     ratio = f"{ours / nginx[(path, keying)]:.2f}"
-                print(f"| {name} | {traces} | {fmt(ours)} | {floor} | {floor_ratio} | {ref} "
-                      f"| {ratio} | {exported:,.0f} |", flush=True)
+                print(f"| {name} | {traces} | {fmt(ours)} |{change} {floor} | {floor_ratio} "
+                      f"| {ref} | {ratio} | {exported:,.0f} |", flush=True)
         if args.peer_bin:
             peer, peer_redis = per_request(ctx, lambda out: targets.start_peer(ctx, args, out),
                                            "/charges", "unique", n, "peer")
