@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, Response};
 use http_body::{Frame, SizeHint};
 use http_body_util::Full;
 use tokio::sync::{mpsc, oneshot};
@@ -37,11 +37,12 @@ pub struct Outbound {
     /// Bytes of a `Content-Length` body not yet received; `None` when the length is not
     /// known up front.
     remaining: Option<u64>,
-    /// The data frame that completes a `Content-Length` body (or that [`Outbound::hold`]
+    /// The data that completes a `Content-Length` body (or that [`Outbound::hold`]
     /// holds), held until `finish`.
-    last: Option<Frame<Bytes>>,
-    /// Trailers, held until `finish`.
-    trailers: Option<Frame<Bytes>>,
+    last: Option<Bytes>,
+    /// Trailers, held until `finish`. Boxed, as they are rare: an `Outbound` moves with
+    /// the call's futures, and a header map inline would make every move larger.
+    trailers: Option<Box<HeaderMap>>,
     tx: Option<mpsc::Sender<Result<Frame<Bytes>, BoxError>>>,
     /// Set once every frame went out: only then does the caller's body end cleanly.
     finished: Arc<AtomicBool>,
@@ -80,14 +81,17 @@ impl Outbound {
 
     /// Pass a frame on now, unless it is the end of the response.
     pub async fn push(&mut self, frame: Frame<Bytes>) {
-        let Some(data) = frame.data_ref() else {
-            self.trailers = Some(frame);
-            return;
+        let data = match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => {
+                self.trailers = frame.into_trailers().ok().map(Box::new);
+                return;
+            }
         };
         if let Some(remaining) = self.remaining.as_mut() {
             *remaining = remaining.saturating_sub(data.len() as u64);
             if *remaining == 0 {
-                self.last = Some(frame);
+                self.last = Some(data);
                 return;
             }
         }
@@ -95,13 +99,13 @@ impl Outbound {
             return;
         }
         self.send_head();
-        self.send(frame).await;
+        self.send(Frame::data(data)).await;
     }
 
     /// Hold this frame until `finish`: it completes the answer the caller acts on (the
     /// last frame the call passes on; a body of unknown length, so `last` is free).
     pub fn hold(&mut self, frame: Frame<Bytes>) {
-        self.last = Some(frame);
+        self.last = frame.into_data().ok();
     }
 
     fn send_head(&mut self) {
@@ -133,11 +137,11 @@ impl Outbound {
             return;
         }
         self.send_head();
-        for frame in [self.last.take(), self.trailers.take()]
-            .into_iter()
-            .flatten()
-        {
-            self.send(frame).await;
+        if let Some(data) = self.last.take() {
+            self.send(Frame::data(data)).await;
+        }
+        if let Some(trailers) = self.trailers.take() {
+            self.send(Frame::trailers(*trailers)).await;
         }
         // A send that gave up on the caller dropped `tx`: its body then ends in an error.
         if self.tx.take().is_some() {
@@ -156,8 +160,7 @@ impl Outbound {
         let (Some((head, _)), Some(reply)) = (self.head.take(), self.reply.take()) else {
             return false;
         };
-        let data = self.last.take().and_then(|frame| frame.into_data().ok());
-        let body = ProxyBody::Full(Full::new(data.unwrap_or_default()));
+        let body = ProxyBody::Full(Full::new(self.last.take().unwrap_or_default()));
         let (parts, ()) = head.into_parts();
         let _ = reply.send(Response::from_parts(parts, body));
         true
