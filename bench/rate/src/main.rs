@@ -9,7 +9,7 @@
 //! connection, or behind a stalled server, is charged for the wait.
 //!
 //! ```text
-//! idem-bench-rate --rate R [--duration 6] [--warmup 1] [--connections 64]
+//! idem-bench-rate --rate R|max [--duration 6] [--warmup 1] [--connections 64]
 //!     [--method POST] [--body TEXT] [--header 'Name: value']...
 //!     [--keys none|unique|same] [--key-prefix P] [--timeout 10] URL
 //! ```
@@ -23,6 +23,9 @@
 //!   (the JSON's `lag_*` says how long requests waited to be sent: with enough
 //!   connections, that is the pacing's own precision, tens of µs).
 //! - `--warmup`: seconds at the same rate before the measured `--duration`; not recorded.
+//! - `--rate max`: closed loop instead, each connection sending its next request as soon
+//!   as the last is answered (like wrk): the saturation throughput with this generator's
+//!   own CPU cost on the machine. Latency is then from the actual send.
 //!
 //! Prints one JSON object on stdout: the target and achieved rates, counts, errors (any
 //! answer that is not 2xx, and transport errors or timeouts), and in µs the latency
@@ -51,7 +54,7 @@ use hyper_util::rt::TokioIo;
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Conn = SendRequest<Full<Bytes>>;
 
-const USAGE: &str = "usage: idem-bench-rate --rate R [--duration S] [--warmup S] \
+const USAGE: &str = "usage: idem-bench-rate --rate R|max [--duration S] [--warmup S] \
 [--connections C] [--method M] [--body TEXT] [--header 'Name: value']... \
 [--keys none|unique|same] [--key-prefix P] [--timeout S] http://127.0.0.1:PORT/path";
 
@@ -109,6 +112,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 .ok_or_else(|| format!("{a}: not a number: {v}"))
         };
         match a.as_str() {
+            "--rate" if v == "max" => o.rate = f64::INFINITY,
             "--rate" => o.rate = num(v)?,
             "--duration" => o.duration = num(v)?,
             "--warmup" => o.warmup = num(v)?,
@@ -138,7 +142,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             _ => return Err(format!("unknown option {a}")),
         }
     }
-    if o.rate <= 0.0 || o.duration <= 0.0 || o.connections == 0 {
+    if o.rate.is_nan() || o.rate <= 0.0 || o.duration <= 0.0 || o.connections == 0 {
         return Err("--rate, --duration and --connections must be > 0".into());
     }
     let url: http::Uri = url
@@ -243,7 +247,7 @@ async fn exchange(
 }
 
 struct Done {
-    i: u64,
+    measured: bool,
     due: Instant,
     sent: Instant,
     conn: Option<Conn>,
@@ -308,14 +312,33 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
         return Err("no connection left after warming".into());
     }
 
-    let period = 1e9 / o.rate;
-    let warm_n = (o.warmup * o.rate).round() as u64;
-    let total = warm_n + (o.duration * o.rate).round() as u64;
+    // `--rate max`: closed loop instead (every connection sends its next request when the
+    // last is answered), to find the saturation; latency is then from the actual send.
+    let closed = o.rate.is_infinite();
+    let period = if closed { 0.0 } else { 1e9 / o.rate };
+    let warm_n = if closed {
+        0
+    } else {
+        (o.warmup * o.rate).round() as u64
+    };
+    let total = if closed {
+        0
+    } else {
+        warm_n + (o.duration * o.rate).round() as u64
+    };
     let t0 = Instant::now() + Duration::from_millis(5);
     let due = move |i: u64| t0 + Duration::from_nanos((i as f64 * period) as u64);
-    let measured_from = due(warm_n);
+    let measured_from = if closed {
+        t0 + Duration::from_secs_f64(o.warmup)
+    } else {
+        due(warm_n)
+    };
+    let end = measured_from + Duration::from_secs_f64(o.duration);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
     let pacer = std::thread::spawn(move || {
+        if closed {
+            return None;
+        }
         // The kernel lets a sleeping thread wake up to its timer slack late (50 µs by
         // default): ask for 1 µs (best effort; Linux allows it for one's own threads,
         // some kernels only with CAP_SYS_NICE). The JSON reports the slack in force.
@@ -352,14 +375,33 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
     let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
     let mut max_in_flight = 0usize;
     let mut open = true;
+    let mut next = 0u64;
+    let mut sent_measured = 0u64;
     let mut drain_deadline = None;
     let mut unfinished = 0u64;
     loop {
+        if closed && open {
+            if Instant::now() >= end {
+                open = false;
+            }
+            // One request per idle connection.
+            while open && pending.len() < idle.len() {
+                pending.push_back(next);
+                next += 1;
+            }
+        }
         while !pending.is_empty() && !idle.is_empty() {
             let i = pending.pop_front().expect("not empty");
             let conn = idle.pop().expect("not empty");
-            let (due_at, sent) = (due(i), Instant::now());
-            if i >= warm_n {
+            let sent = Instant::now();
+            let due_at = if closed { sent } else { due(i) };
+            let measured = if closed {
+                sent >= measured_from
+            } else {
+                i >= warm_n
+            };
+            if measured {
+                sent_measured += 1;
                 lag.saturating_record(sent.saturating_duration_since(due_at).as_nanos() as u64);
             }
             let req = o.nth(i);
@@ -367,7 +409,7 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
             flights.push(Box::pin(async move {
                 let (conn, outcome, at) = exchange(conn, req, addr, timeout).await;
                 Done {
-                    i,
+                    measured,
                     due: due_at,
                     sent,
                     conn,
@@ -393,7 +435,7 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
                     Some(conn) => idle.push(conn),
                     None => live -= 1,
                 }
-                if d.i < warm_n {
+                if !d.measured {
                     continue;
                 }
                 last = last.max(d.at);
@@ -407,7 +449,8 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
                     Outcome::Failed => transport_errors += 1,
                 }
             }
-            msg = rx.recv(), if open => match msg {
+            _ = tokio::time::sleep_until(end.into()), if closed && open => open = false,
+            msg = rx.recv(), if open && !closed => match msg {
                 Some(i) => {
                     pending.push_back(i);
                     while let Ok(i) = rx.try_recv() {
@@ -424,13 +467,17 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
         }
     }
     let slack = pacer.join().ok().flatten();
-    let measured = total - warm_n;
+    let measured = if closed {
+        sent_measured
+    } else {
+        total - warm_n
+    };
     let answered = ok + status_errors;
     let span = last.saturating_duration_since(measured_from).as_secs_f64();
     Ok(serde_json::json!({
         "url": format!("http://{}{}", o.authority, o.path),
         "keys": match o.keys { Keys::None => "none", Keys::Unique => "unique", Keys::Same => "same" },
-        "rate_target": o.rate,
+        "rate_target": if closed { None } else { Some(o.rate) },
         "rate": if span > 0.0 { answered as f64 / span } else { 0.0 },
         "duration_s": o.duration,
         "warmup_s": o.warmup,
