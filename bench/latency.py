@@ -121,7 +121,9 @@ def phase(args, ctx, results, run):
                 rate = saturation * load
                 point = {"scenario": name, "label": label, "load": load,
                          "saturation_rps": saturation, "saturation_errors": sat["errors"],
-                         "wrk_rps": wrk_rps, "rate": rate}
+                         "wrk_rps": wrk_rps, "rate": rate,
+                         # Other work on the machine: the 1-minute load average before.
+                         "loadavg": os.getloadavg()[0]}
                 runs = {"direct": [], "idem": []}
                 for k in range(args.latency_repeats):
                     order = [("direct", upstream), ("idem", idem.port)]
@@ -192,8 +194,8 @@ def markdown(lat, svg_name=None):
     add("")
     add("| scenario | load | rate req/s (saturation; wrk) | direct p50 | idem p50 | **added p50** | "
         "direct p99 | idem p99 | **added p99** | idem p99.9 | errors (direct/idem) | "
-        "send lag p99 (direct/idem) |")
-    add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "send lag p99 (direct/idem) | load avg |")
+    add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p in lat["points"]:
         d, i = p["direct"], p["idem"]
         wrk = f"{p['wrk_rps']:,.0f}" if p.get("wrk_rps") else "—"
@@ -202,7 +204,7 @@ def markdown(lat, svg_name=None):
             f"{fmt(d['p50_us'])} | {fmt(i['p50_us'])} | **{p['added_p50_us']:+,.0f}** | "
             f"{fmt(d['p99_us'])} | {fmt(i['p99_us'])} | **{p['added_p99_us']:+,.0f}** | "
             f"{fmt(i['p999_us'])} | {d['errors']}/{i['errors']} | "
-            f"{fmt(d['lag_p99_us'])}/{fmt(i['lag_p99_us'])} |")
+            f"{fmt(d['lag_p99_us'])}/{fmt(i['lag_p99_us'])} | {p.get('loadavg', 0):.1f} |")
     add("")
     short = [p for p in lat["points"]
              if min(p["direct"]["rate"], p["idem"]["rate"]) < 0.97 * p["rate"]]
@@ -214,8 +216,10 @@ def markdown(lat, svg_name=None):
                         for p in short) + ".")
         add("")
     add("Send lag is how late the generator put requests on the wire after their due "
-        "time (its own pacing, and waiting for a free connection); it is part of both "
-        "latencies, direct and idem alike.")
+        "time (its own pacing, being descheduled, and waiting for a free connection); it "
+        "is part of both latencies, direct and idem alike: a send lag close to the p99 "
+        "means the machine, not the server, held the requests. Load avg: the 1-minute "
+        "load average before the point (the machine's cores: see above).")
     if svg_name:
         add("")
         add(f"![added latency over direct]({svg_name})")
