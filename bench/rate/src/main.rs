@@ -31,7 +31,8 @@
 //! answer that is not 2xx, and transport errors or timeouts), and in µs the latency
 //! percentiles from the due time (`p50_us` … `p999_us`, `max_us`), the service time from
 //! the actual send (`service_p50_us`, `service_p99_us`), and the send lag (`lag_p50_us`,
-//! `lag_p99_us`, `lag_max_us`). Pacing runs on its own thread (`std::thread::sleep`, whose
+//! `lag_p99_us`, `lag_max_us`; of it, the wait for a free connection: `conn_wait_p50_us`,
+//! `conn_wait_p99_us`). Pacing runs on its own thread (`std::thread::sleep`, whose
 //! precision is the kernel's high-resolution timers and the thread's timer slack, not
 //! tokio's millisecond wheel); the requests on a current-thread tokio runtime.
 
@@ -368,17 +369,26 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
     });
 
     let (mut latency, mut service, mut lag) = (histogram(), histogram(), histogram());
+    // Of the send lag, the part spent waiting for a free connection (every one busy: the
+    // server's queueing, not the generator's).
+    let mut wait = histogram();
     let (mut ok, mut status_errors, mut transport_errors) = (0u64, 0u64, 0u64);
     let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
     let mut last = measured_from;
-    let mut pending: VecDeque<u64> = VecDeque::new();
+    // Due requests not sent yet, with when the dispatcher took them from the pacer.
+    let mut pending: VecDeque<(u64, Instant)> = VecDeque::new();
     let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
     let mut max_in_flight = 0usize;
     let mut open = true;
     let mut next = 0u64;
     let mut sent_measured = 0u64;
-    let mut drain_deadline = None;
+    let mut draining = false;
     let mut unfinished = 0u64;
+    // Two timers made once (not one per turn of the loop): the end of a closed-loop run,
+    // and the deadline for the last answers once everything is sent.
+    let stop = tokio::time::sleep_until(end.into());
+    let drain = tokio::time::sleep(Duration::from_secs(86_400));
+    tokio::pin!(stop, drain);
     loop {
         if closed && open {
             if Instant::now() >= end {
@@ -386,12 +396,12 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
             }
             // One request per idle connection.
             while open && pending.len() < idle.len() {
-                pending.push_back(next);
+                pending.push_back((next, Instant::now()));
                 next += 1;
             }
         }
         while !pending.is_empty() && !idle.is_empty() {
-            let i = pending.pop_front().expect("not empty");
+            let (i, taken) = pending.pop_front().expect("not empty");
             let conn = idle.pop().expect("not empty");
             let sent = Instant::now();
             let due_at = if closed { sent } else { due(i) };
@@ -403,6 +413,7 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
             if measured {
                 sent_measured += 1;
                 lag.saturating_record(sent.saturating_duration_since(due_at).as_nanos() as u64);
+                wait.saturating_record(sent.saturating_duration_since(taken).as_nanos() as u64);
             }
             let req = o.nth(i);
             let (addr, timeout) = (o.addr, o.timeout);
@@ -425,8 +436,11 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
         if live == 0 {
             return Err("every connection was lost".into());
         }
-        if !open && drain_deadline.is_none() {
-            drain_deadline = Some(tokio::time::Instant::now() + o.timeout);
+        if !open && !draining {
+            draining = true;
+            drain
+                .as_mut()
+                .reset(tokio::time::Instant::now() + o.timeout);
         }
         tokio::select! {
             biased;
@@ -449,18 +463,18 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
                     Outcome::Failed => transport_errors += 1,
                 }
             }
-            _ = tokio::time::sleep_until(end.into()), if closed && open => open = false,
+            _ = &mut stop, if closed && open => open = false,
             msg = rx.recv(), if open && !closed => match msg {
                 Some(i) => {
-                    pending.push_back(i);
+                    let now = Instant::now();
+                    pending.push_back((i, now));
                     while let Ok(i) = rx.try_recv() {
-                        pending.push_back(i);
+                        pending.push_back((i, now));
                     }
                 }
                 None => open = false,
             },
-            _ = tokio::time::sleep_until(drain_deadline.unwrap_or_else(tokio::time::Instant::now)),
-                if drain_deadline.is_some() => {
+            _ = &mut drain, if draining => {
                 unfinished = (pending.len() + flights.len()) as u64;
                 break;
             }
@@ -501,6 +515,8 @@ async fn run(o: Opts) -> Result<serde_json::Value, Error> {
         "lag_p50_us": us(&lag, 0.5),
         "lag_p99_us": us(&lag, 0.99),
         "lag_max_us": us(&lag, 1.0),
+        "conn_wait_p50_us": us(&wait, 0.5),
+        "conn_wait_p99_us": us(&wait, 0.99),
         "pacer_timerslack_ns": slack,
     }))
 }
