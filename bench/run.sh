@@ -30,6 +30,7 @@ cargo build --release --locked --bin idem --bin idem-bench-upstream
 # The open-loop generator of the added-latency phase (bench/latency.py, bench/rate).
 cargo build --release --locked -p idem-bench-rate
 
-# Bounded as a whole: the defaults take about 6 minutes.
+# Bounded as a whole: the defaults take about 8 minutes (2 of them the added-latency
+# phase, bench/latency.py; --latency 0 skips it).
 exec timeout --signal=TERM --kill-after=30 40m \
   python3 bench/run.py --command "bash bench/run.sh${*:+ $*}" "$@"
