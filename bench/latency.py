@@ -199,12 +199,13 @@ def markdown(lat, svg_name=None):
     held = False
     for p in lat["points"]:
         d, i = p["direct"], p["idem"]
-        # The machine, not the server, held the requests: the send lag, less the wait
-        # for a free connection (the server's queueing), is half the p99 or more on
-        # either side, so the p99s measure the scheduler more than idem.
+        # The machine, not the server, held the requests: on either side, the send lag
+        # less the wait for a free connection (that wait is the server's queueing) is
+        # half the added p99 or more, so the difference is the scheduler's as much as
+        # idem's.
         mark = ""
-        if any(x["lag_p99_us"] - x.get("conn_wait_p99_us", 0) >= 0.5 * x["p99_us"]
-               for x in (d, i)):
+        if any(x["lag_p99_us"] - x.get("conn_wait_p99_us", 0)
+               >= 0.5 * abs(p["added_p99_us"]) for x in (d, i)):
             mark, held = " †", True
         wrk = f"{p['wrk_rps']:,.0f}" if p.get("wrk_rps") else "—"
         add(f"| {p['label']} | {p['load'] * 100:.0f}% | {p['rate']:,.0f} "
@@ -217,10 +218,10 @@ def markdown(lat, svg_name=None):
             f"{p.get('loadavg', 0):.1f} |")
     add("")
     if held:
-        add("†: the send lag p99, less the wait for a free connection, is half the p99 or "
-            "more on one side: the requests were held before they were sent (the generator "
-            "descheduled by other work on the machine), so these p99s say more about the "
-            "machine than about idem.")
+        add("†: on one side, the send lag p99 less the wait for a free connection is half "
+            "the added p99 or more: requests were held before they were sent (the "
+            "generator descheduled by other work on the machine), so this difference says "
+            "as much about the machine as about idem.")
         add("")
     short = [p for p in lat["points"]
              if min(p["direct"]["rate"], p["idem"]["rate"]) < 0.97 * p["rate"]]
