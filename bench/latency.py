@@ -108,7 +108,7 @@ def phase(args, ctx, results, run):
         if store == "redis":
             ctx["redis"].cli("FLUSHALL")
         idem = run.Idem(ctx["bins"], ctx["workdir"], upstream, store, ctx["redis"],
-                        workers=args.idem_workers)
+                        workers=args.idem_workers, store_extra=ctx.get("store_extra", ""))
         try:
             sat = generate(args, binary, f"http://127.0.0.1:{idem.port}{path}", None, keys,
                            f"lat-{name}-sat-{os.getpid()}-{time.time_ns()}",

@@ -9,6 +9,9 @@ them with wrk; and writes bench/results/<date>.md (+ .json; a later run on the s
 Every scenario runs `--rounds` times, interleaved (round 1 of every scenario, then
 round 2, ...), so slow drift on a shared machine hits all scenarios alike; each row
 reports the median round, and ratios are taken against `direct` of the same round.
+
+Then the added-latency phase (bench/latency.py; `--latency 0` skips it): the latency idem
+adds over direct at 50% and 90% of its saturation, with an open-loop generator.
 """
 
 import argparse

@@ -195,7 +195,7 @@ impl Opts {
             .expect("a request from validated parts")
     }
 
-    /// Request `i` of the run (`usize::MAX - c`: connection `c`'s warming request).
+    /// Request `i` of the run (`u64::MAX - c`: connection `c`'s warming request).
     fn nth(&self, i: u64) -> Request<Full<Bytes>> {
         match self.keys {
             Keys::None => self.request(None),
@@ -544,5 +544,74 @@ fn main() {
             eprintln!("idem-bench-rate: {e}");
             exit(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn loopback_only() {
+        let o = parse(&args(&[
+            "--rate",
+            "100",
+            "http://127.0.0.1:8080/charges?x=1",
+        ]))
+        .unwrap();
+        assert_eq!(o.addr, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(o.path, "/charges?x=1");
+        assert_eq!(o.authority, "127.0.0.1:8080");
+        assert!(parse(&args(&["--rate", "100", "http://localhost:8080/"])).is_ok());
+        assert!(parse(&args(&["--rate", "100", "http://[::1]:8080/"])).is_ok());
+        let err = parse(&args(&["--rate", "100", "http://10.0.0.1:8080/"]))
+            .err()
+            .unwrap();
+        assert!(err.contains("loopback"), "{err}");
+        assert!(parse(&args(&["--rate", "100", "https://127.0.0.1:8080/"])).is_err());
+    }
+
+    #[test]
+    fn rates_and_keys() {
+        let o = parse(&args(&["--rate", "max", "http://127.0.0.1:1/"])).unwrap();
+        assert!(o.rate.is_infinite());
+        assert!(parse(&args(&["--rate", "0", "http://127.0.0.1:1/"])).is_err());
+        assert!(parse(&args(&["http://127.0.0.1:1/"])).is_err());
+        let o = parse(&args(&[
+            "--rate",
+            "10",
+            "--keys",
+            "unique",
+            "--key-prefix",
+            "p",
+            "--header",
+            "Content-Type: application/json",
+            "http://127.0.0.1:1/c",
+        ]))
+        .unwrap();
+        let a = o.nth(1);
+        let b = o.nth(2);
+        assert_eq!(a.headers()["idempotency-key"], "p-1");
+        assert_eq!(b.headers()["idempotency-key"], "p-2");
+        assert_eq!(a.headers()["content-type"], "application/json");
+        assert_eq!(a.headers()[HOST], "127.0.0.1:1");
+        let o = parse(&args(&[
+            "--rate",
+            "10",
+            "--keys",
+            "same",
+            "--key-prefix",
+            "k",
+            "http://127.0.0.1:1/",
+        ]))
+        .unwrap();
+        assert_eq!(o.nth(1).headers()["idempotency-key"], "k");
+        assert_eq!(o.nth(7).headers()["idempotency-key"], "k");
+        let o = parse(&args(&["--rate", "10", "http://127.0.0.1:1/"])).unwrap();
+        assert!(o.nth(1).headers().get("idempotency-key").is_none());
     }
 }
