@@ -4,7 +4,8 @@
     python3 bench/plot.py bench/results/2026-12-03.json [-o chart.svg]
 
 bench/run.py calls it after every run and writes `<result>.svg` beside `<result>.md`;
-this entry point draws one from a result recorded earlier. Three panels, each a set of
+this entry point draws one from a result recorded earlier (and `<result>-latency.svg`, the
+added-latency phase's chart, when the result has one). Three panels, each a set of
 grouped bars, one group per kind of request, so every idem bar stands beside what it
 must be compared with (the upstream reached directly, and nginx proxying the same
 requests):
@@ -57,6 +58,7 @@ COLOURS = {
     "direct": "#9e9e9e", "nginx": "#e8872e", "idem, passthrough": "#6baed6",
     "idem, memory": "#9ecae1", "idem, Redis": "#2171b5", "idem, PostgreSQL": "#6a51a3",
     "p50": "#c6dbef", "p99": "#4292c6", "p99.9": "#08306b",
+    "idem": "#2171b5",
 }
 WIDTH, PANEL_H, TOP, LEFT, RIGHT = 980, 250, 40, 70, 20
 FONT = 'font-family="Helvetica,Arial,sans-serif"'
@@ -214,6 +216,43 @@ def chart(data):
             + "\n".join(parts) + "\n</svg>\n")
 
 
+def latency_chart(data):
+    """The SVG of the added-latency phase (bench/latency.py): per scenario and load, the
+    open-loop p50 and p99 of direct and of idem at the same rate, idem's bar marked with
+    the added latency."""
+    lat = data["extras"]["latency"]
+    m = data.get("machine", {})
+    p50, p99 = [], []
+    for p in lat["points"]:
+        group = f"{p['label']}, {p['load'] * 100:.0f}%"
+        p50.append((group, {"direct": (p["direct"]["p50_us"], ""),
+                            "idem": (p["idem"]["p50_us"], f"{p['added_p50_us']:+,.0f}")}))
+        p99.append((group, {"direct": (p["direct"]["p99_us"], ""),
+                            "idem": (p["idem"]["p99_us"], f"{p['added_p99_us']:+,.0f}")}))
+    loads = " and ".join(f"{x * 100:.0f}%" for x in lat["loads"])
+    parts = [text(LEFT, 22, f"idem added latency over direct — commit {m.get('commit', '?')}, "
+                  f"{m.get('cores', '?')} cores, open loop at {loads} of idem's saturation",
+                  16, "start", "bold")]
+    parts += legend(48, ["direct", "idem"])
+    y = 60
+    parts += panel(y, "p50 latency from the due time, log scale (under idem's bar: added µs)",
+                   "µs", p50, ["direct", "idem"], log=True)
+    y += PANEL_H
+    parts += panel(y, "p99 latency from the due time, log scale (under idem's bar: added µs)",
+                   "µs", p99, ["direct", "idem"], log=True)
+    height = y + PANEL_H + 8
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}">\n'
+            f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>\n'
+            + "\n".join(parts) + "\n</svg>\n")
+
+
+def write_latency(data, path):
+    with open(path, "w") as f:
+        f.write(latency_chart(data))
+    return path
+
+
 def write(data, path):
     with open(path, "w") as f:
         f.write(chart(data))
@@ -230,6 +269,8 @@ def main():
         data = json.load(f)
     out = args.out or os.path.splitext(args.result)[0] + ".svg"
     print(write(data, out))
+    if data.get("extras", {}).get("latency", {}).get("points"):
+        print(write_latency(data, os.path.splitext(out)[0] + "-latency.svg"))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ them with wrk; and writes bench/results/<date>.md (+ .json; a later run on the s
 Every scenario runs `--rounds` times, interleaved (round 1 of every scenario, then
 round 2, ...), so slow drift on a shared machine hits all scenarios alike; each row
 reports the median round, and ratios are taken against `direct` of the same round.
+
+Then the added-latency phase (bench/latency.py; `--latency 0` skips it): the latency idem
+adds over direct at 50% and 90% of its saturation, with an open-loop generator.
 """
 
 import argparse
@@ -28,6 +31,7 @@ import threading
 import time
 import urllib.request
 
+import latency
 import plot
 from postgres import Postgres, bin_dir as pg_bin_dir
 
@@ -815,6 +819,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"))
     ap.add_argument("--command", default="bash bench/run.sh")
+    latency.add_options(ap)
     args = ap.parse_args()
 
     for tool in ("wrk", "nginx", "redis-server", "redis-cli"):
@@ -825,6 +830,8 @@ def main():
     for b in bins.values():
         if not os.path.exists(b):
             sys.exit(f"{b} missing: cargo build --release --bins")
+    if args.latency:
+        bins["rate"] = latency.rate_bin(args.bin_dir, ROOT)
 
     started = dt.datetime.now(dt.timezone.utc)
     only = set(filter(None, args.only.split(",")))
@@ -866,6 +873,11 @@ def main():
                     + (f"  store cpu {r['store_cpu_us_per_req']:.1f} µs/req"
                        if "store_cpu_us_per_req" in r else "")
                     + f"  cpu {r['cpu_us_per_req']:.1f} µs/req")
+        if args.latency and (not only or any(s[0] in only for s in latency.SCENARIOS)):
+            log("latency phase: open loop at "
+                + ", ".join(f"{float(x) * 100:.0f}%" for x in args.latency_loads.split(","))
+                + " of saturation, direct and idem")
+            extras["latency"] = latency.phase(args, ctx, results, sys.modules[__name__])
         if not only:
             extras["idle_rss_kib"] = idle_rss(args, ctx)
             log(f"idle RSS {extras['idle_rss_kib'] / 1024:.1f} MiB")
@@ -899,6 +911,12 @@ def main():
     svg = plot.write(json.loads(json.dumps(data, default=str)),
                      os.path.join(args.out, f"{stamp}{suffix}.svg"))
     text += f"\n![req/s, CPU per request and latency]({os.path.basename(svg)})\n"
+    if extras.get("latency"):
+        lsvg = None
+        if extras["latency"].get("points"):
+            lsvg = plot.write_latency(json.loads(json.dumps(data, default=str)),
+                                      os.path.join(args.out, f"{stamp}{suffix}-latency.svg"))
+        text += latency.markdown(extras["latency"], lsvg and os.path.basename(lsvg))
     md = os.path.join(args.out, f"{stamp}{suffix}.md")
     with open(md, "w") as f:
         f.write(text)

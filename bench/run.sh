@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command for the whole benchmark (docs/benchmarks.md):
 #   bash bench/run.sh [run.py options, e.g. --rounds 1 --duration 5 --soak 0]
-# Installs what it needs from Debian (wrk, nginx-light, redis-server, postgresql), builds idem and the
-# bench upstream in release mode, then runs bench/run.py, which starts everything on
-# loopback and free ports, stops by itself, and writes bench/results/<date>.md.
+# Installs what it needs from Debian (wrk, nginx-light, redis-server, postgresql), builds
+# idem, the bench upstream and the open-loop generator (bench/rate) in release mode, then
+# runs bench/run.py, which starts everything on loopback and free ports, stops by itself,
+# and writes bench/results/<date>.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 cargo build --release --locked --bin idem --bin idem-bench-upstream
+# The open-loop generator of the added-latency phase (bench/latency.py, bench/rate).
+cargo build --release --locked -p idem-bench-rate
 
-# Bounded as a whole: the defaults take about 6 minutes.
+# Bounded as a whole: the defaults take about 8 minutes (2 of them the added-latency
+# phase, bench/latency.py; --latency 0 skips it).
 exec timeout --signal=TERM --kill-after=30 40m \
   python3 bench/run.py --command "bash bench/run.sh${*:+ $*}" "$@"
