@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
 use super::breaker::Breaker;
-use super::{Proxy, Worker};
+use super::{Proxy, RequestContext, Worker};
 use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
@@ -85,20 +85,21 @@ impl Control {
             breakers,
         )));
         state.copies.push(copy.clone());
+        let worker = Arc::new(Worker {
+            reloadable: copy,
+            store,
+            client: UpstreamClient::new(&state.config.upstream),
+            upstream: state.config.upstream.clone(),
+            metrics: self.metrics.clone(),
+            // The worker's own: its detached calls run on its runtime, so its drain
+            // waits for them (and only them), and spawning one touches no counter
+            // another core shares.
+            tasks: TaskTracker::new(),
+            orphans: self.orphans.clone(),
+            traces: self.traces.clone(),
+        });
         Proxy {
-            worker: Arc::new(Worker {
-                reloadable: copy,
-                store,
-                client: UpstreamClient::new(&state.config.upstream),
-                upstream: state.config.upstream.clone(),
-                metrics: self.metrics.clone(),
-                // The worker's own: its detached calls run on its runtime, so its drain
-                // waits for them (and only them), and spawning one touches no counter
-                // another core shares.
-                tasks: TaskTracker::new(),
-                orphans: self.orphans.clone(),
-                traces: self.traces.clone(),
-            }),
+            plain: RequestContext::new(worker, None),
         }
     }
 

@@ -82,17 +82,19 @@ pub struct Worker {
 /// [`Control::worker_proxy`].
 #[derive(Clone)]
 pub struct Proxy {
-    worker: Arc<Worker>,
+    /// The worker, as the context of a request without spans: what an unmatched
+    /// request is forwarded with, so the passthrough path builds no context of its own.
+    plain: RequestContext,
 }
 
 impl Proxy {
     pub fn store(&self) -> &Store {
-        &self.worker.store
+        &self.plain.worker.store
     }
 
     /// Detached upstream calls still running (graceful shutdown waits on these).
     pub fn tasks(&self) -> &TaskTracker {
-        &self.worker.tasks
+        &self.plain.worker.tasks
     }
 
     /// Handle one request from `remote`.
@@ -101,7 +103,7 @@ impl Proxy {
         req: Request<Incoming>,
         remote: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
-        let current = self.worker.reloadable.load_full();
+        let current = self.plain.worker.reloadable.load_full();
         let client_ip = remote.map(|a| a.ip());
         let (parts, body) = req.into_parts();
 
@@ -111,8 +113,7 @@ impl Proxy {
                 DefaultAction::Passthrough => {
                     let body = Either::Right(body);
                     let format = ProblemFormat::default();
-                    let cx = RequestContext::new(self.worker.clone(), None);
-                    forward_unprotected(&cx, parts, body, client_ip, &format).await
+                    forward_unprotected(&self.plain, parts, body, client_ip, &format).await
                 }
                 DefaultAction::Reject => {
                     problem::no_route(parts.method.as_str(), parts.uri.path()).into_response()
@@ -126,7 +127,7 @@ impl Proxy {
         let request_id = request_id::ensure(&mut parts.headers);
         let started = Instant::now();
         // Traces on: the request's server span (boxed: one pointer in the futures).
-        let trace = self.worker.traces.as_ref().map(|traces| {
+        let trace = self.plain.worker.traces.as_ref().map(|traces| {
             Box::new(RequestTrace::start(
                 traces,
                 &parts.method,
@@ -149,7 +150,7 @@ impl Proxy {
                 .breaker
                 .and_then(|_| current.breakers.get(&policy.name).cloned()),
         };
-        let cx = RequestContext::new(self.worker.clone(), trace);
+        let cx = RequestContext::new(self.plain.worker.clone(), trace);
         let handled = match &policy.mcp {
             None => Box::pin(idempotency::protect(&cx, inbound, body)).await,
             // An MCP endpoint: only its protected `tools/call` go through the flow.
@@ -161,7 +162,11 @@ impl Proxy {
         }
         match current.counters.get(&policy.name) {
             Some(counters) => counters.inc(handled.outcome),
-            None => self.worker.metrics.count(&policy.name, handled.outcome),
+            None => self
+                .plain
+                .worker
+                .metrics
+                .count(&policy.name, handled.outcome),
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         tracing::info!(
