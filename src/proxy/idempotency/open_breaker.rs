@@ -26,7 +26,7 @@ impl Flow<'_> {
             Ok(None) => return self.refuse(open, Outcome::CircuitOpen),
             Err(e) => return Box::pin(self.store_failed(e)).await,
         };
-        let existing = match self.open(existing, &intent.store_key) {
+        let existing = match self.readable(existing, &intent.store_key) {
             Ok(existing) => existing,
             Err(p) => return self.refuse(p, Outcome::Conflict),
         };
