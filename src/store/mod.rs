@@ -173,13 +173,11 @@ impl Store {
     ) -> Result<Reserve, StoreError> {
         let sealed = self.sealing.seal(record, key);
         let record = sealed.as_deref().unwrap_or(record);
-        match dispatch_op!(self, s => s.reserve(key, record, ttl))? {
-            Reserve::Exists(mut existing, now) => {
-                self.sealing.open(&mut existing, key);
-                Ok(Reserve::Exists(existing, now))
-            }
-            won => Ok(won),
+        let mut reserved = dispatch_op!(self, s => s.reserve(key, record, ttl))?;
+        if let Reserve::Exists(existing, _) = &mut reserved {
+            self.sealing.open(existing, key);
         }
+        Ok(reserved)
     }
 
     /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
