@@ -79,13 +79,15 @@ impl Sealing {
         }
     }
 
-    /// The keyring, when encryption is on.
+    /// `f` of the keyring, when encryption is on. Through `ArcSwap`'s guard (a
+    /// thread-local slot), not a clone of the `Arc`: every worker seals and opens with
+    /// the same keyring, and a shared reference count would bounce between cores.
     #[inline]
-    fn keyring(&self) -> Option<Arc<Keyring>> {
+    fn with_keyring<T>(&self, f: impl FnOnce(&Keyring) -> Option<T>) -> Option<T> {
         if !self.0.on.load(Ordering::Relaxed) {
             return None;
         }
-        self.0.keyring.load_full()
+        f(self.0.keyring.load().as_deref()?)
     }
 
     /// Whether records are sealed.
@@ -97,8 +99,7 @@ impl Sealing {
     /// (encryption off, or already sealed). Boxed: the caller's future holds one pointer.
     #[inline]
     pub(super) fn seal(&self, record: &Record, key: &StoreKey) -> Option<Box<Record>> {
-        let keyring = self.keyring()?;
-        keyring.sealed_copy(record, key).map(Box::new)
+        self.with_keyring(|keyring| keyring.sealed_copy(record, key).map(Box::new))
     }
 
     /// Open `record`, read under `key`, in place; one that does not open stays sealed.
@@ -107,33 +108,34 @@ impl Sealing {
         if record.sealed.is_none() {
             return;
         }
-        if let Some(keyring) = self.keyring() {
-            let _ = keyring.open(record, key);
-        }
+        self.with_keyring(|keyring| keyring.open(record, key).ok());
     }
 
     /// Why a record that came back still sealed does not open here, for the log line
     /// of its 409 `record_unreadable`.
     pub fn why_unreadable(&self, record: &Record) -> Option<Unreadable> {
         let sealed = record.sealed.as_deref()?;
-        Some(match self.keyring() {
-            Some(keyring) => keyring.why_unreadable(sealed),
-            None => Unreadable("this replica has no store.encryption keys".to_owned()),
-        })
+        let why = self.with_keyring(|keyring| Some(keyring.why_unreadable(sealed)));
+        Some(
+            why.unwrap_or_else(|| {
+                Unreadable("this replica has no store.encryption keys".to_owned())
+            }),
+        )
     }
 
     /// The credential hash a record made now carries for the plain `digest`: keyed
     /// with `store.encryption.credential_key_file`, or `None` without one.
     #[inline]
     pub fn credential_hash(&self, digest: &[u8; 32]) -> Option<[u8; 32]> {
-        self.keyring()?.credential_hash(digest)
+        self.with_keyring(|keyring| keyring.credential_hash(digest))
     }
 }
 
 impl std::fmt::Debug for Sealing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The ids only, through the keyring's own `Debug`.
-        f.debug_tuple("Sealing").field(&self.keyring()).finish()
+        let ids = self.with_keyring(|k| Some(k.ids().map(str::to_owned).collect::<Vec<_>>()));
+        f.debug_struct("Sealing").field("ids", &ids).finish()
     }
 }
 
