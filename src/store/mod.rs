@@ -173,11 +173,13 @@ impl Store {
     ) -> Result<Reserve, StoreError> {
         let sealed = self.sealing.seal(record, key);
         let record = sealed.as_deref().unwrap_or(record);
-        let mut reserved = dispatch_op!(self, s => s.reserve(key, record, ttl))?;
-        if let Reserve::Exists(existing, _) = &mut reserved {
+        // Opened in place: the `Result` is not unwrapped and rebuilt (a record-sized
+        // move on every repeat's path).
+        let mut reserved = dispatch_op!(self, s => s.reserve(key, record, ttl));
+        if let Ok(Reserve::Exists(existing, _)) = &mut reserved {
             self.sealing.open(existing, key);
         }
-        Ok(reserved)
+        reserved
     }
 
     /// Replace the record with `record` (TTL `ttl`) only if the stored record's token is
@@ -252,11 +254,11 @@ impl Store {
 
     /// The current record, if any.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Record>, StoreError> {
-        let mut record = dispatch_op!(self, s => s.get(key))?;
-        if let Some(record) = &mut record {
+        let mut record = dispatch_op!(self, s => s.get(key));
+        if let Ok(Some(record)) = &mut record {
             self.sealing.open(record, key);
         }
-        Ok(record)
+        record
     }
 
     /// The current record and the store's clock, which judges its lease, for a reader

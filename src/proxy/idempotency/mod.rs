@@ -214,10 +214,9 @@ impl<'a> Flow<'a> {
             };
             // The lease is judged on the store's clock, read with the record.
             let (existing, store_now) = existing;
-            let existing = match self.readable(existing, &intent.store_key) {
-                Ok(existing) => existing,
-                Err(p) => return self.refuse(p, Outcome::Conflict),
-            };
+            if let Err(p) = self.readable(&existing, &intent.store_key) {
+                return self.refuse(p, Outcome::Conflict);
+            }
             let now = Instant::now();
             let may_wait = waits && now < deadline;
             let decision = decide(

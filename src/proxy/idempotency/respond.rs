@@ -65,11 +65,15 @@ impl Flow<'_> {
         handled.upstream_since(started)
     }
 
-    /// `existing` as read (the store opened it), or the 409 `record_unreadable` when it
-    /// came back still sealed, no listed key opening it: never executed again.
-    pub(super) fn readable(&self, existing: Record, key: &StoreKey) -> Result<Record, Problem> {
-        let Some(why) = self.cx.worker.store.sealing().why_unreadable(&existing) else {
-            return Ok(existing);
+    /// Whether `existing` came back opened from the store, or the 409
+    /// `record_unreadable` when it is still sealed, no listed key opening it: never
+    /// executed again. By reference: the record is not moved on every repeat's path.
+    pub(super) fn readable(&self, existing: &Record, key: &StoreKey) -> Result<(), Problem> {
+        if existing.sealed.is_none() {
+            return Ok(());
+        }
+        let Some(why) = self.cx.worker.store.sealing().why_unreadable(existing) else {
+            return Ok(());
         };
         tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
         self.cx.worker.metrics.unreadable(&self.policy.name);
