@@ -10,9 +10,14 @@ deduplicate). Then:
 2. repeats of every intent through both versions (replays written by the other one);
 3. the upstream's counts: an intent executed more than once is a double execution.
 Exit status non-zero unless double executions and 5xx answers are both 0.
+
+`--encrypted` gives both versions the same `store.encryption` key: records of every phase
+are sealed (by the new release, in flight and unknown as well), and each version must
+decide from the other's.
 """
 
 import argparse
+import base64
 import collections
 import concurrent.futures
 import json
@@ -151,6 +156,8 @@ def main():
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--old-ref", default="old")
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--encrypted", action="store_true",
+                    help="both versions seal records with one store.encryption key")
     args = ap.parse_args()
     procs = Procs(args.workdir)
     results = []
@@ -167,6 +174,12 @@ def main():
             "redis": f"store:\n  backend: redis\n  redis:\n    url: redis://127.0.0.1:{redis_port}/0\n",
             "postgres": f"store:\n  backend: postgres\n  postgres:\n    url: {pg.url()}\n",
         }
+        if args.encrypted:
+            key = os.path.join(args.workdir, "seal.key")
+            with open(key, "w") as f:
+                f.write(base64.b64encode(os.urandom(32)).decode())
+            sealed = f"store:\n  encryption:\n    keys:\n      - {{id: roll, file: {key}}}\n"
+            stores = {n: s.replace("store:\n", sealed, 1) for n, s in stores.items()}
         for name, store in stores.items():
             idems = []
             for version, binary in (("old", args.old), ("new", args.new)):
@@ -188,6 +201,8 @@ def main():
                 wait_http(f"http://127.0.0.1:{admin}/readyz")
                 idems.append(f"http://127.0.0.1:{port}")
             result = storm(name, idems, upstream)
+            if args.encrypted:
+                result["store"] = f"{name} (sealed)"
             results.append(result)
             print(json.dumps(result), flush=True)
     finally:

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::admin::{self, Admin};
 use crate::config::{Config, StoreConfig};
 use crate::proxy::Control;
-use crate::store::{SharedStore, StoreError};
+use crate::store::{Sealing, SharedStore, StoreError};
 use crate::{traces, workers};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +28,8 @@ pub enum StartError {
     Workers(std::io::Error),
     #[error("{0}")]
     Traces(String),
+    #[error("store.encryption: {0}")]
+    Keys(String),
 }
 
 /// A running idem: its bound addresses and the handles to reload or drain it.
@@ -65,7 +67,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         Some((traces, exporter)) => (Some(traces), Some(exporter)),
         None => (None, None),
     };
-    let shared = SharedStore::start(&config.store, config.server.worker_count())?;
+    let sealing = Sealing::load(config.store.encryption.as_ref()).map_err(StartError::Keys)?;
+    let shared = SharedStore::start(&config.store, config.server.worker_count(), sealing)?;
     let (stop, stopped) = watch::channel(false);
     let workers::Started {
         control,
@@ -119,8 +122,8 @@ pub fn readiness_timeout(store: &StoreConfig) -> Duration {
 }
 
 impl Running {
-    /// Swap in a new configuration's routes.
-    pub fn reload(&self, config: &Config) -> u64 {
+    /// Swap in a new configuration's routes and keys; on an error nothing changes.
+    pub fn reload(&self, config: &Config) -> Result<u64, String> {
         self.control.reload(config)
     }
 

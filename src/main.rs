@@ -96,11 +96,8 @@ async fn serve(args: ServeArgs) -> ExitCode {
     loop {
         match signals.next().await {
             Signal::Shutdown => break,
-            Signal::Reload => match load(&args) {
-                Ok(new) => {
-                    let generation = running.reload(&new);
-                    tracing::info!(generation, "configuration reloaded");
-                }
+            Signal::Reload => match load(&args).and_then(|new| running.reload(&new)) {
+                Ok(generation) => tracing::info!(generation, "configuration reloaded"),
                 Err(e) => {
                     tracing::error!("reload refused, keeping the running configuration:\n{e}")
                 }

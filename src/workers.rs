@@ -45,7 +45,7 @@ pub async fn start(
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
     // Traces on: latency histograms carry a sampled request's trace id as exemplar.
     let metrics = Metrics::with_exemplars(traces.is_some());
-    let control = Control::new(config, metrics, traces);
+    let control = Control::new(config, metrics, traces, shared.sealing().clone());
     let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();

@@ -11,6 +11,9 @@
 //!   the store key only, no `seal_format`, the raw key and scope readable.
 //! - `sealed-v2-*`: `"seal_format":2`: the associated data binds the decision's fields,
 //!   the raw key and scope are sealed. Both open with the key `[6; 32]`, id `2026-06`.
+//!   `sealed-v2-in-progress.bin` is a reservation sealed that way (since the store's
+//!   sealing layer, every phase is sealed: its sealed bytes hold the key and scope only;
+//!   earlier releases read past its `sealed` field and see an empty key and scope).
 //! - `v2-*`: today's format: `sent_at_ms` always, `settled` once an unknown outcome was
 //!   settled (`reconciled`, `resolved`, `not_executed`).
 //!
@@ -24,8 +27,10 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
+use idem::config::EncryptionConfig;
+use idem::key::StoreKey;
 use idem::store::record::{decode, encode};
-use idem::store::{RecordState, Settled, Token};
+use idem::store::{MemoryStore, Record, RecordState, Reserve, Sealing, Settled, Store, Token};
 use support::env::{Backend, Env};
 use support::harness::{post, IdemProcess};
 use support::poll::eventually;
@@ -231,51 +236,119 @@ async fn a_v1_reservation_behaves_as_an_attempt_with_its_lease() {
     assert_eq!(env.upstream.executions("charge:inv_1"), 1);
 }
 
-/// Sealed records of both formats open; only format 2 binds its metadata (a format 1
-/// record is trusted as before until it expires).
-#[test]
-fn sealed_records_of_each_format_open() {
+/// The sealing layer of a store over `memory`, with the fixtures' key (`[6; 32]`, id
+/// `2026-06`), and a store over the same records with no keys (what a backend holds).
+fn sealed_store(memory: &MemoryStore, dir: &Path) -> (Store, Store) {
     use base64::Engine;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("2026-06");
+    let file = dir.join("2026-06");
     std::fs::write(
         &file,
         base64::engine::general_purpose::STANDARD.encode([6u8; 32]),
     )
     .unwrap();
-    let ring = idem::store::seal::Keyring::load(&[("2026-06".to_owned(), file)]).unwrap();
-    let at = idem::key::StoreKey::new("charge_invoice", "tenant-a", "charge:inv_9");
+    let cfg = EncryptionConfig {
+        keys: vec![("2026-06".to_owned(), file)],
+        credential_key_file: None,
+    };
+    let sealing = Sealing::load(Some(&cfg)).unwrap();
+    let sealed = Store::from(memory.clone()).sealed_by(sealing);
+    (sealed, Store::from(memory.clone()))
+}
+
+/// `bytes` decoded and put in `store` under `at` as they are (a record another replica
+/// wrote), read back through the store: opened by its sealing layer when it can be.
+async fn stored_and_read(store: &Store, at: &StoreKey, bytes: &[u8]) -> Record {
+    let record = decode(bytes).unwrap();
+    store.delete(at).await.unwrap();
+    let won = store.reserve(at, &record, Duration::from_secs(60)).await;
+    assert!(matches!(won, Ok(Reserve::Won)));
+    store.get(at).await.unwrap().unwrap()
+}
+
+/// Sealed records of both formats open through the store's sealing layer, in flight as
+/// well as completed; only format 2 binds its metadata (a format 1 record is trusted as
+/// before until it expires).
+#[tokio::test]
+async fn sealed_records_of_each_format_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = sealed_store(&MemoryStore::new(100), dir.path());
+    let at = StoreKey::new("charge_invoice", "tenant-a", "charge:inv_9");
     let body = &b"{\"holder\":\"Ada Lovelace\"}"[..];
     for (name, format) in [
         ("sealed-v1-completed.bin", 1),
         ("sealed-v2-completed.bin", 2),
+        ("sealed-v2-in-progress.bin", 2),
     ] {
         let bytes = fixture(name);
-        let mut r = decode(&bytes).unwrap();
+        let r = decode(&bytes).unwrap();
         assert_eq!(r.sealed.as_ref().unwrap().format, format, "{name}");
         assert_eq!(r.key.is_empty(), format == 2, "{name}: the raw key sealed");
-        ring.open(&mut r, &at).unwrap();
+        let r = stored_and_read(&store, &at, &bytes).await;
+        assert!(r.sealed.is_none(), "{name}: opened");
         assert_eq!(
             (r.route.as_str(), r.scope.as_str(), r.key.as_str()),
             ("charge_invoice", "tenant-a", "charge:inv_9"),
             "{name}"
         );
-        let stored = r.response.unwrap();
-        assert_eq!((stored.status, stored.body.as_deref()), (201, Some(body)));
+        match r.state {
+            RecordState::Completed => {
+                let stored = r.response.unwrap();
+                assert_eq!((stored.status, stored.body.as_deref()), (201, Some(body)));
+            }
+            RecordState::InProgress => assert_eq!((r.response, r.attempt), (None, 2)),
+        }
         // Another credential hash written over it.
-        let text = bytes.clone();
-        let at_credentials = text
+        let at_credentials = bytes
             .windows(13)
             .position(|w| w == b"\"credentials\"")
             .unwrap()
             + 15;
         let mut altered = bytes.clone();
         altered[at_credentials..at_credentials + 64].copy_from_slice(&[b'e'; 64]);
-        let mut r = decode(&altered).unwrap();
+        let r = stored_and_read(&store, &at, &altered).await;
         assert_eq!(
-            ring.open(&mut r, &at).is_ok(),
+            r.sealed.is_none(),
             format == 1,
             "{name}: only format 2 binds the credential hash"
         );
     }
+}
+
+/// How `sealed-v2-in-progress.bin` was made (kept for the next format): a reservation
+/// sealed by the store's layer, read raw from the backend underneath it.
+/// `cargo test --test record_formats -- --ignored write_the_sealed_in_progress_fixture`
+#[tokio::test]
+#[ignore = "writes tests/fixtures/records/sealed-v2-in-progress.bin"]
+async fn write_the_sealed_in_progress_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = MemoryStore::new(100);
+    let (store, raw) = sealed_store(&memory, dir.path());
+    let at = StoreKey::new("charge_invoice", "tenant-a", "charge:inv_9");
+    let mut record = Record::in_progress(
+        "charge_invoice",
+        "tenant-a",
+        "charge:inv_9",
+        [1; 32],
+        [2; 32],
+        Duration::from_secs(30),
+    );
+    record.token = Token([0xcd; 16]);
+    record.attempt = 2;
+    record.stamp = None;
+    (
+        record.created_at_ms,
+        record.expires_at_ms,
+        record.sent_at_ms,
+    ) = (1_764_000_000_000, 1_764_000_030_000, 1_764_000_000_000);
+    assert!(matches!(
+        store.reserve(&at, &record, Duration::from_secs(60)).await,
+        Ok(Reserve::Won)
+    ));
+    let sealed = raw.get(&at).await.unwrap().unwrap();
+    assert!(sealed.sealed.is_some() && sealed.key.is_empty());
+    std::fs::write(
+        fixtures_dir().join("sealed-v2-in-progress.bin"),
+        encode(&sealed),
+    )
+    .unwrap();
 }

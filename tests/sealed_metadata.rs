@@ -6,8 +6,8 @@
 //! - with `store.encryption.credential_key_file`, a raw dump of the store holds no plain
 //!   SHA-256 of a caller's credentials, and records stored before the key was set still
 //!   replay to their caller;
-//! - the raw key and scope of a sealed record are not in the store either, and the admin
-//!   API shows them opened.
+//! - the raw key and scope of a sealed record are not in the store either, in any phase
+//!   (in flight, unknown, completed), and the admin API shows them opened.
 
 mod support;
 
@@ -122,7 +122,8 @@ fn field(bytes: &[u8], name: &str) -> String {
 }
 
 store_cases!([redis, postgres] [an_altered_credential_hash_or_fingerprint_is_unreadable,
-    a_store_dump_holds_no_plain_credential_hash]);
+    a_store_dump_holds_no_plain_credential_hash,
+    records_in_flight_and_unknown_hold_no_raw_key_or_scope]);
 
 /// The plain credential hash of a request carrying `Authorization: auth` (the default
 /// `bind_credentials`), in hex as records and PostgreSQL's bytea text show it.
@@ -289,4 +290,86 @@ async fn an_altered_credential_hash_or_fingerprint_is_unreadable(backend: Backen
         2.0,
         "{metrics}"
     );
+}
+
+/// The route of [`config`], scoped by a header that carries personal data, whose
+/// attempts are held as unknown outcomes when the upstream's answer is lost.
+fn held_config(env: &Env, dir: &Path) -> String {
+    let yaml = config(env, dir);
+    format!(
+        "{yaml}    scope: \"{{header.x-tenant}}\"\n    lease: 300ms\n    on_ambiguous: hold\n    on_unknown: hold\n"
+    )
+}
+
+const TENANT: &str = "ada@example.com";
+
+/// In flight and unknown, a record's raw key and scope are sealed as a completed one's
+/// are (issue 32 §2): a dump of Redis or PostgreSQL taken while the call is in flight,
+/// and again once its outcome is unknown, holds neither; the admin API opens them.
+async fn records_in_flight_and_unknown_hold_no_raw_key_or_scope(backend: Backend) {
+    let env = Env::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = IdemProcess::spawn(&held_config(&env, dir.path())).await;
+    let url = p.url("/invoices/inflight/charge");
+    let slow = tokio::spawn(async move {
+        let headers = [
+            ("x-tenant", TENANT),
+            ("authorization", VICTIM),
+            ("x-mock-delay-ms", "1500"),
+        ];
+        post(&url, &headers, "{}").await
+    });
+    let held = idem::key::StoreKey::new("charge", TENANT, "charge:inflight").to_string();
+    let raw = support::poll::eventually(
+        std::time::Duration::from_secs(5),
+        "the call in flight",
+        async || {
+            let raw = dump(&env);
+            raw.contains(&held).then_some(raw)
+        },
+    )
+    .await;
+    assert_no_identity(&raw, "inflight");
+    let listed = send("GET", &p.admin_url("/v1/unknown?include=inflight"), &[], "").await;
+    let text = listed.text();
+    assert!(
+        text.contains("\"key\":\"charge:inflight\"") && text.contains(TENANT),
+        "{text}"
+    );
+    assert_eq!(slow.await.unwrap().status, 201);
+
+    // The upstream's answer lost: the attempt stays, its lease ends, its outcome unknown.
+    let u = p.url("/invoices/lost/charge");
+    let headers = [("x-tenant", TENANT), ("x-mock-reset", "true")];
+    let lost = post(&u, &headers, "{}").await;
+    assert!(lost.status >= 500, "{}", lost.text());
+    let unknown = support::poll::eventually(
+        std::time::Duration::from_secs(5),
+        "the outcome unknown",
+        async || {
+            let r = send("GET", &p.admin_url("/v1/unknown"), &[], "").await;
+            let text = r.text();
+            text.contains("\"key\":\"charge:lost\"").then_some(text)
+        },
+    )
+    .await;
+    assert!(unknown.contains(TENANT), "{unknown}");
+    assert_no_identity(&dump(&env), "lost");
+    let url = format!(
+        "/v1/keys/charge/charge%3Alost?scope={}",
+        "ada%40example.com"
+    );
+    let shown = send("GET", &p.admin_url(&url), &[], "").await.text();
+    assert!(shown.contains("\"outcome_unknown\":true"), "{shown}");
+    assert!(shown.contains("\"key\":\"charge:lost\""), "{shown}");
+    assert_eq!(env.upstream.executions("charge:inflight"), 1);
+}
+
+/// Neither the raw key `charge:{id}` nor the scope is readable in a store dump.
+fn assert_no_identity(raw: &str, id: &str) {
+    assert!(raw.contains("\"sealed\":\"k1\""), "{raw}");
+    let key = format!("charge:{id}");
+    assert!(!raw.contains(&key), "the raw key {key} in {raw}");
+    assert!(!raw.contains(TENANT), "the raw scope in {raw}");
+    assert!(!raw.contains("ada%40"), "the raw scope in {raw}");
 }

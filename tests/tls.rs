@@ -186,7 +186,7 @@ async fn postgres_store_over_tls_per_sslmode() {
         )
     };
     let verified = url(&format!("sslmode=verify-full&sslrootcert={}", ca.display()));
-    let store = Store::Postgres(
+    let store = Store::from(
         PostgresStore::connect(&postgres_config(&verified))
             .await
             .unwrap(),
@@ -203,7 +203,7 @@ async fn postgres_store_over_tls_per_sslmode() {
     );
     assert_eq!(encrypted, "t", "idem's connections are encrypted");
 
-    let unverified = Store::Postgres(
+    let unverified = Store::from(
         PostgresStore::connect(&postgres_config(&url("sslmode=require")))
             .await
             .unwrap(),
@@ -218,7 +218,7 @@ async fn postgres_store_over_tls_per_sslmode() {
         "sslmode=verify-full&sslrootcert={}",
         other.dir.path().join("ca.pem").display()
     ));
-    let refused = Store::Postgres(
+    let refused = Store::from(
         PostgresStore::connect(&postgres_config(&wrong_ca))
             .await
             .unwrap(),

@@ -109,12 +109,13 @@ pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminR
         .collect();
     let (mut resolved, mut skipped) = (0, 0);
     if !asked.dry_run {
-        let keyring = admin.control.keyring();
         for (key, record) in &matched {
-            let mut settled = record.not_executed();
-            if let Some(keyring) = &keyring {
-                keyring.seal(&mut settled, key);
+            // Still sealed (no listed key opens it): left as it is, see `resolve.rs`.
+            if record.sealed.is_some() {
+                skipped += 1;
+                continue;
             }
+            let settled = record.not_executed();
             match store
                 .take_over(key, &record.token, &settled, policy.retention, None)
                 .await

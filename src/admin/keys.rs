@@ -81,13 +81,9 @@ pub(super) async fn handle(admin: &Admin, target: Target, method: &Method) -> Ad
     match *method {
         Method::GET => match any_store(stores, |s| read_with_life(s, &at.store_key)).await {
             Ok(((Some((mut record, life)), now), _)) => {
-                // A sealed response is shown opened when a listed key opens it, else
-                // as `sealed` (the key's id, never its material).
-                if let Some(keyring) = admin.control.keyring() {
-                    let _ = keyring.open(&mut record, &at.store_key);
-                }
-                // Still sealed, its raw key and scope with it: they are the ones asked
-                // for (the store key is their hash).
+                // The store opened it when a listed key does; still sealed, it is
+                // shown as `sealed_with` (the key's id, never its material), and its
+                // raw key and scope are the ones asked for (the store key is their hash).
                 if record.sealed.is_some() && record.key.is_empty() {
                     (record.key, record.scope) = (key, scope);
                 }

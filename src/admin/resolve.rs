@@ -145,6 +145,15 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
     if phase != Phase::Unknown {
         return conflict(phase.as_str(), why_not_unknown(phase));
     }
+    // Still sealed (no listed key opens it): its key and scope are unknown here, and a
+    // resolution written from it would lose them. Resolved where its key is listed.
+    if let Some(why) = store.sealing().why_unreadable(&record) {
+        let body = json!({
+            "error": format!("the record does not open on this replica ({why}): resolve it where its key is listed"),
+            "state": "record_unreadable",
+        });
+        return json_response(StatusCode::CONFLICT, &body);
+    }
     let (settled, counted) = match outcome {
         Some(response) => {
             let settled = record.settled_with(Settled::Resolved, response, policy.retention);
@@ -152,14 +161,10 @@ pub(super) async fn resolve(admin: &Admin, at: &KeyRef, req: Request<Incoming>) 
         }
         None => (record.not_executed(), Resolution::NotExecuted),
     };
-    let mut sealed = settled.clone();
-    if let Some(keyring) = admin.control.keyring() {
-        keyring.seal(&mut sealed, &at.store_key);
-    }
     let written = store.take_over(
         &at.store_key,
         &record.token,
-        &sealed,
+        &settled,
         policy.retention,
         None,
     );

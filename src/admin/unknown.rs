@@ -110,6 +110,11 @@ fn item(record: &Record, phase: Phase) -> Value {
     if let Some(link) = &record.trace {
         v["trace_id"] = json!(link.trace_id_hex());
     }
+    if let Some(sealed) = &record.sealed {
+        // No listed key opens it: its key and scope stay sealed; the id of the key
+        // that sealed it says where to look.
+        v["sealed_with"] = json!(sealed.key_id);
+    }
     v
 }
 

@@ -134,12 +134,21 @@ pub struct UpstreamConfig {
 pub struct StoreConfig {
     pub backend: StoreBackend,
     pub on_error: OnStoreError,
-    /// `store.encryption`: the keys stored responses are sealed with, loaded from their
-    /// files (SPEC §1 "Stored responses"). `None`: stored in clear.
-    pub encryption: Option<Arc<crate::store::seal::Keyring>>,
+    /// `store.encryption`: which files hold the keys records are sealed with (SPEC §1
+    /// "Stored responses"). `None`: stored in clear.
+    pub encryption: Option<EncryptionConfig>,
     /// `store.memory.max_records`: the memory store's capacity (SPEC §1 "Upstream
     /// outages"); completed records are evicted first, the others never.
     pub memory_max_records: usize,
+}
+
+/// `store.encryption`: the key files by id (the first seals, all open) and the
+/// credential key's file. Ids and paths only: the keys are read by the store's sealing
+/// layer (`store/sealing.rs`), at start and on every reload, and live nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncryptionConfig {
+    pub keys: Vec<(String, std::path::PathBuf)>,
+    pub credential_key_file: Option<std::path::PathBuf>,
 }
 
 /// `store.backend` with that backend's own settings, and only those: a PostgreSQL or

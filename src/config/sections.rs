@@ -4,7 +4,6 @@
 //! section or field simply keeps the default. Only `upstream.url` is required.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::Uri;
@@ -14,10 +13,11 @@ use super::walk::{At, Fields, Walker};
 use super::yaml::Node;
 use super::UpstreamConfig;
 use super::{
-    defaults, AdminConfig, BackendName, PostgresConfig, RedisConfig, RedisMode, RedisModeName,
-    ServerConfig, StoreBackend, StoreConfig,
+    defaults, AdminConfig, BackendName, EncryptionConfig, PostgresConfig, RedisConfig, RedisMode,
+    RedisModeName, ServerConfig, StoreBackend, StoreConfig,
 };
 use crate::store::seal::Keyring;
+use crate::store::Sealing;
 
 /// Parse an `IP:port` listen address.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -241,7 +241,7 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
         }
     }
     if let Some(enc) = f.get("encryption") {
-        cfg.encryption = encryption(w, enc).map(Arc::new);
+        cfg.encryption = encryption(w, enc);
     }
     let mut backend = BackendName::Memory;
     set(&mut backend, w.choice(&f, "backend").map(|a| a.value));
@@ -262,9 +262,11 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     cfg
 }
 
-/// `store.encryption: {keys: [{id, file}, ...]}`, loaded (an unreadable or malformed
-/// key file is reported at its entry; its content never is).
-fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<Keyring> {
+/// `store.encryption: {keys: [{id, file}, ...], credential_key_file}`: the files are
+/// read once to check them (an unreadable or malformed key file is reported at its
+/// entry; its content never is), and only their ids and paths are kept: the store's
+/// sealing layer reads them again when it starts or reloads (`store/sealing.rs`).
+fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
     let f = w.fields(node, "store.encryption", &["keys", "credential_key_file"]);
     let Some(list) = f.get("keys") else {
         w.error(
@@ -300,19 +302,21 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<Keyring> {
     if !ok {
         return None;
     }
-    let keyring = match Keyring::load(&keys) {
-        Ok(keyring) => keyring,
-        Err(message) => {
-            w.error(list.pos, "store.encryption.keys", message);
-            return None;
-        }
+    let mut cfg = EncryptionConfig {
+        keys,
+        credential_key_file: None,
     };
+    if let Err(message) = Sealing::load(Some(&cfg)) {
+        w.error(list.pos, "store.encryption.keys", message);
+        return None;
+    }
     // Optional: keys the credential hash (`seal/credential_key.rs` says why a key of its own).
     let Some(file) = w.string(&f, "credential_key_file") else {
-        return Some(keyring);
+        return Some(cfg);
     };
-    match keyring.with_credential_key(std::path::Path::new(&file.value)) {
-        Ok(keyring) => Some(keyring),
+    cfg.credential_key_file = Some(file.value.clone().into());
+    match Sealing::load(Some(&cfg)) {
+        Ok(_) => Some(cfg),
         Err(message) => {
             w.error(file.pos, &file.path, message);
             None

@@ -25,11 +25,11 @@ impl Config {
     /// The store in a few words: for Redis the mode and where, never the credentials.
     fn store_summary(&self) -> String {
         let mut out = self.backend_summary();
-        if let Some(keyring) = &self.store.encryption {
-            // Key ids only: the material never leaves the keyring.
-            let ids: Vec<&str> = keyring.ids().collect();
+        if let Some(encryption) = &self.store.encryption {
+            // Key ids only: the configuration holds no key material.
+            let ids: Vec<&str> = encryption.keys.iter().map(|(id, _)| id.as_str()).collect();
             out.push_str(&format!(" sealed (keys: {})", ids.join(", ")));
-            if keyring.keys_credentials() {
+            if encryption.credential_key_file.is_some() {
                 out.push_str(", credential hashes keyed");
             }
         }

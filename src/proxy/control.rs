@@ -14,8 +14,7 @@ use super::{Proxy, RequestContext, Worker};
 use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
-use crate::store::seal::Keyring;
-use crate::store::Store;
+use crate::store::{Sealing, Store};
 use crate::traces::Traces;
 use crate::upstream::UpstreamClient;
 
@@ -26,8 +25,6 @@ pub struct Reloadable {
     pub counters: HashMap<String, Arc<RouteCounters>, foldhash::fast::RandomState>,
     pub default: DefaultAction,
     pub on_store_error: OnStoreError,
-    /// `store.encryption`: stored responses are sealed with it (picked up on SIGHUP).
-    pub keyring: Option<Arc<Keyring>>,
     /// The circuit breakers of the routes that have one, by route name: one per route
     /// for the whole replica (every worker's copy shares it), kept across reloads.
     pub breakers: HashMap<String, Arc<Breaker>, foldhash::fast::RandomState>,
@@ -42,6 +39,9 @@ pub struct Control {
     /// Background releases of reservations that timed out, across workers.
     orphans: Arc<AtomicUsize>,
     traces: Option<Traces>,
+    /// The store's sealing layer (`store.encryption`), shared by every store handle: a
+    /// reload swaps its keys.
+    sealing: Sealing,
 }
 
 /// Each worker reads a copy of the reloadable configuration of its own (its own `Arc`s
@@ -56,7 +56,12 @@ struct State {
 }
 
 impl Control {
-    pub fn new(config: &Config, metrics: Metrics, traces: Option<Traces>) -> Control {
+    pub fn new(
+        config: &Config,
+        metrics: Metrics,
+        traces: Option<Traces>,
+        sealing: Sealing,
+    ) -> Control {
         metrics.config_generation.set(1);
         let state = State {
             config: config.clone(),
@@ -69,6 +74,7 @@ impl Control {
             state: Arc::new(Mutex::new(state)),
             orphans: Arc::new(AtomicUsize::new(0)),
             traces,
+            sealing,
         }
     }
 
@@ -103,10 +109,13 @@ impl Control {
         }
     }
 
-    /// Swap in the routes of a newly loaded configuration; in-flight requests finish
-    /// with the routes they started with. Returns the new generation.
-    pub fn reload(&self, config: &Config) -> u64 {
+    /// Swap in the routes and the `store.encryption` keys of a newly loaded
+    /// configuration; in-flight requests finish with the routes they started with.
+    /// Returns the new generation, or why the keys could not be read (then nothing
+    /// changes).
+    pub fn reload(&self, config: &Config) -> Result<u64, String> {
         let mut state = self.lock();
+        self.sealing.reload(config.store.encryption.as_ref())?;
         state.generation += 1;
         state.config = config.clone();
         let breakers = breakers(&mut state, &self.metrics);
@@ -119,7 +128,7 @@ impl Control {
             )));
         }
         self.metrics.config_generation.set(state.generation as i64);
-        state.generation
+        Ok(state.generation)
     }
 
     pub fn generation(&self) -> u64 {
@@ -130,12 +139,6 @@ impl Control {
     /// with its route's retention, and counts unknown outcomes per configured route.
     pub fn routes(&self) -> Vec<Arc<RoutePolicy>> {
         self.lock().config.routes.clone()
-    }
-
-    /// The loaded `store.encryption` keys (the admin API seals what it writes and opens
-    /// what it shows with them).
-    pub fn keyring(&self) -> Option<Arc<Keyring>> {
-        self.lock().config.store.encryption.clone()
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -197,7 +200,6 @@ fn reloadable(
         counters,
         default: config.default,
         on_store_error: config.store.on_error,
-        keyring: config.store.encryption.clone(),
         breakers,
         generation,
     }

@@ -25,7 +25,6 @@ use super::problem::{self, ProblemFormat};
 use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::mcp::ToolCall;
-use crate::store::seal::Keyring;
 use crate::store::Record;
 use crate::vocabulary::UpstreamFailure;
 
@@ -40,8 +39,6 @@ pub struct Call {
     /// Our in-progress record; its token proves ownership.
     pub record: Record,
     pub request: Request<UpstreamBody>,
-    /// Seals the outcome before it is stored (`store.encryption`).
-    pub keyring: Option<Arc<Keyring>>,
     /// The route's breaker hears whether the upstream answered (`breaker:`).
     pub ticket: Option<Ticket>,
 }
@@ -65,7 +62,6 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         key,
         record,
         request,
-        keyring,
         ticket,
     } = call;
     let worker = cx.worker.clone();
@@ -90,7 +86,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         }
     };
     let times = (policy.lease, policy.retention);
-    let holder = LeaseHolder::new(cx.clone(), key, record, times, waiters).sealing(keyring);
+    let holder = LeaseHolder::new(cx.clone(), key, record, times, waiters);
     let (holder, ended) = renewing(holder, std::pin::Pin::new(&mut work)).await;
     drop(work);
     let took = started.elapsed().as_secs_f64();

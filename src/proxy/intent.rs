@@ -14,8 +14,7 @@ use crate::config::RoutePolicy;
 use crate::key::{self, KeyError, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
-use crate::store::seal::Keyring;
-use crate::store::Record;
+use crate::store::{Record, Sealing};
 use crate::template::RequestView;
 
 /// The identity of one intent, derived from the request.
@@ -24,8 +23,8 @@ pub struct Intent {
     pub scope: String,
     pub store_key: StoreKey,
     pub fingerprint: [u8; 32],
-    /// The credential hash a record made now carries: keyed when the keyring has a
-    /// credential key (`store.encryption.credential_key_file`), else the plain digest.
+    /// The credential hash a record made now carries: keyed when the store's sealing
+    /// layer has a credential key (`store.encryption.credential_key_file`), else the plain digest.
     pub credentials: [u8; 32],
     /// The plain digest when `credentials` is keyed: records stored before the key was
     /// set carry it, and still match the same caller.
@@ -42,7 +41,7 @@ impl Intent {
         captures: &Captures,
         body: &BodyView,
         mcp: Option<&ToolCall>,
-        keyring: Option<&Keyring>,
+        sealing: &Sealing,
     ) -> Result<Option<Intent>, KeyError> {
         let view = RequestView {
             method: &parts.method,
@@ -61,7 +60,7 @@ impl Intent {
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let plain = credentials(policy, &parts.headers);
-        let keyed = keyring.and_then(|k| k.credential_hash(&plain));
+        let keyed = sealing.credential_hash(&plain);
         Ok(Some(Intent {
             store_key: StoreKey::new(&policy.name, &scope, &key),
             fingerprint: key::fingerprint_with(

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use super::context::RequestContext;
 use super::Worker;
 use crate::key::StoreKey;
-use crate::store::seal::Keyring;
 use crate::store::{Record, StoredResponse, Token};
 use crate::vocabulary::StoreOp;
 
@@ -33,8 +32,6 @@ pub struct LeaseHolder {
     /// from before the write that set it, so it errs early against the store's clock,
     /// which is the one that judges it. Only for `Retry-After`.
     lease_until: Instant,
-    /// Seals the completed record (`store.encryption`).
-    keyring: Option<Arc<Keyring>>,
     /// Wake waiting duplicates (every replica) on completion. Only routes with
     /// `on_concurrent: wait` have waiters; for the others the notification (a Redis
     /// `PUBLISH` fanned out to every replica's subscription) would be pure overhead.
@@ -59,14 +56,7 @@ impl LeaseHolder {
             owned: true,
             lease_until: Instant::now() + lease,
             notify,
-            keyring: None,
         }
-    }
-
-    /// Seal the outcome with `keyring` before it is stored.
-    pub fn sealing(mut self, keyring: Option<Arc<Keyring>>) -> Self {
-        self.keyring = keyring;
-        self
     }
 
     /// Seconds until the current lease ends (at least 1).
@@ -130,10 +120,8 @@ impl LeaseHolder {
     /// up the caller: the write is retried in the background for as long as the record
     /// still carries our token, and meanwhile the in-progress record keeps repeats out.
     pub async fn complete(&self, response: StoredResponse, retention: Duration) {
-        let mut record = self.record.completed(response, retention);
-        if let Some(keyring) = &self.keyring {
-            keyring.seal(&mut record, &self.key);
-        }
+        // In clear: the store seals what it writes (`store/sealing.rs`).
+        let record = self.record.completed(response, retention);
         let write = self.write_completion(&record, retention);
         let (result, _) = self.cx.store_op(StoreOp::Complete, write).await;
         match result {
@@ -151,7 +139,6 @@ impl LeaseHolder {
                     history: self.history,
                     lease_until: self.lease_until,
                     notify: self.notify,
-                    keyring: self.keyring.clone(),
                 };
                 self.cx
                     .worker

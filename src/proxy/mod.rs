@@ -144,7 +144,6 @@ impl Proxy {
             parts,
             client_ip,
             on_store_error: current.on_store_error,
-            keyring: current.keyring.clone(),
             // Looked up only on routes with a breaker.
             breaker: policy
                 .breaker

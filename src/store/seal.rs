@@ -25,7 +25,7 @@ use http::{HeaderName, HeaderValue};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::{Record, StoredResponse};
+use super::{Record, RecordState, StoredResponse};
 use crate::key::StoreKey;
 
 mod bound;
@@ -89,60 +89,90 @@ impl Keyring {
         self.keys.iter().map(|(id, _)| id.as_str())
     }
 
-    /// Seal `record`'s response (if it has one) under `store_key` with the first key.
-    pub fn seal(&self, record: &mut Record, store_key: &StoreKey) {
-        let Some(response) = record.response.take() else {
-            return;
-        };
+    /// `record` as the store keeps it, sealed under `store_key` with the first key: its
+    /// raw key and scope, and its response when it has one, become `nonce || ciphertext
+    /// || tag`; route, token and the other fields the store and the decision read stay
+    /// readable, bound as associated data (`bound.rs`). Every phase is sealed, so the
+    /// raw key and scope are never readable at rest, in flight or unknown included.
+    /// `None` for a record already sealed (written as it is) or, never in practice, when
+    /// the cipher refuses. Only the store's sealing layer calls it (`sealing.rs`).
+    pub(in crate::store) fn sealed_copy(
+        &self,
+        record: &Record,
+        store_key: &StoreKey,
+    ) -> Option<Record> {
+        if record.sealed.is_some() {
+            return None;
+        }
         let (id, key) = &self.keys[0];
         let mut nonce = [0u8; NONCE_LEN];
         if SystemRandom::new().fill(&mut nonce).is_err() {
             nonce = rand::random();
         }
-        let identity = record.key.len() + record.scope.len() + 8;
-        let mut out = BytesMut::with_capacity(NONCE_LEN + identity + plaintext_len(&response) + 16);
+        let response = record.response.as_ref();
+        let size = NONCE_LEN
+            + bound::identity_len(record)
+            + response.map_or(0, plaintext_len)
+            + AES_256_GCM.tag_len();
+        // Sealed in place after the nonce, the tag appended: one buffer, no copy.
+        let mut out = Vec::with_capacity(size);
         out.extend_from_slice(&nonce);
-        let mut text = bound::identity(record, plaintext_len(&response) + 16);
-        plaintext_into(&mut text, &response);
-        let aad = Aad::from(bound::associated_data(FORMAT, record, store_key));
-        // Sealing with a valid key cannot fail for inputs under 64 GiB.
-        if key
-            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), aad, &mut text)
-            .is_ok()
-        {
-            out.extend_from_slice(&text);
-            record.sealed = Some(Box::new(Sealed {
-                key_id: id.clone(),
-                bytes: out.freeze(),
-                format: FORMAT,
-            }));
-            // Sealed, so no longer readable in the store (the store key binds them).
-            record.key.clear();
-            record.scope.clear();
-        } else {
-            record.response = Some(response);
+        bound::identity_into(&mut out, record);
+        if let Some(response) = response {
+            plaintext_into(&mut out, response);
         }
+        let aad = Aad::from(bound::associated_data(FORMAT, record, store_key));
+        let nonce = Nonce::assume_unique_for_key(nonce);
+        // Sealing with a valid key cannot fail for inputs under 64 GiB.
+        let tag = key
+            .seal_in_place_separate_tag(nonce, aad, &mut out[NONCE_LEN..])
+            .ok()?;
+        out.extend_from_slice(tag.as_ref());
+        Some(Record {
+            state: record.state,
+            token: record.token,
+            route: record.route.clone(),
+            // Sealed, so no longer readable in the store (the store key binds them).
+            scope: String::new(),
+            key: String::new(),
+            fingerprint: record.fingerprint,
+            credentials: record.credentials,
+            attempt: record.attempt,
+            created_at_ms: record.created_at_ms,
+            expires_at_ms: record.expires_at_ms,
+            response: None,
+            trace: record.trace.clone(),
+            sent_at_ms: record.sent_at_ms,
+            settled: record.settled,
+            sealed: Some(Box::new(Sealed {
+                key_id: id.clone(),
+                bytes: Bytes::from(out),
+                format: FORMAT,
+            })),
+            stamp: record.stamp,
+        })
     }
 
-    /// Open `record`'s sealed response under `store_key`, in place. A record no listed key opens keeps its
-    /// sealed part, so the admin can still say which key sealed it (`sealed_with`). The
-    /// associated data is rebuilt from the record as read, so a changed credential hash,
-    /// fingerprint, route, attempt or settlement fails the tag like a changed ciphertext
-    /// does. The raw key and scope come back from the sealed bytes (format 2).
-    pub fn open(&self, record: &mut Record, store_key: &StoreKey) -> Result<(), Unreadable> {
+    /// Open `record` under `store_key`, in place. A record no listed key opens keeps
+    /// its sealed part, so the admin can still say which key sealed it (`sealed_with`).
+    /// The associated data is rebuilt from the record as read, so a changed credential
+    /// hash, fingerprint, route, attempt or settlement fails the tag like a changed
+    /// ciphertext does. The raw key and scope come back from the sealed bytes (format 2);
+    /// a completed record must hold a response, one in progress none. Only the store's
+    /// sealing layer calls it (`sealing.rs`).
+    pub(in crate::store) fn open(
+        &self,
+        record: &mut Record,
+        store_key: &StoreKey,
+    ) -> Result<(), Unreadable> {
         let Some(sealed) = &record.sealed else {
             return Ok(());
         };
         let Some((_, key)) = self.keys.iter().find(|(id, _)| *id == sealed.key_id) else {
-            let message = format!("sealed with key {:?}, which is not listed", sealed.key_id);
-            return Err(Unreadable(message));
+            return Err(self.why_unreadable(sealed));
         };
         if sealed.format != FORMAT && sealed.format != bound::UNBOUND {
-            let message = format!(
-                "sealed in format {}, unknown to this release",
-                sealed.format
-            );
-            return Err(Unreadable(message));
+            return Err(self.why_unreadable(sealed));
         }
         let fail = || Unreadable(format!("does not open with key {:?}", sealed.key_id));
         let aad = bound::associated_data(sealed.format, record, store_key);
@@ -151,23 +181,51 @@ impl Keyring {
         }
         let (nonce, text) = sealed.bytes.split_at(NONCE_LEN);
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| fail())?;
-        let mut text = text.to_vec();
-        let opened = key
+        // Opened in a buffer of its own that the stored body then points into: one
+        // copy of a replayed body, not two.
+        let mut text = BytesMut::from(text);
+        let len = key
             .open_in_place(nonce, Aad::from(aad), &mut text)
-            .map_err(|_| fail())?;
-        let (identity, opened) = match sealed.format {
-            bound::UNBOUND => (None, &opened[..]),
+            .map_err(|_| fail())?
+            .len();
+        text.truncate(len);
+        let opened = text.freeze();
+        let (identity, rest) = match sealed.format {
+            bound::UNBOUND => (None, 0),
             _ => {
-                let (key, scope, rest) = bound::parse_identity(opened).ok_or_else(fail)?;
-                (Some((key, scope)), rest)
+                let (key, scope, at) = bound::parse_identity(&opened).ok_or_else(fail)?;
+                (Some((key, scope)), at)
             }
         };
-        record.response = Some(parse(opened).ok_or_else(fail)?);
+        let response = match (record.state, rest == opened.len()) {
+            // Format 2 seals an in-progress record's key and scope, and nothing after.
+            (RecordState::InProgress, true) => None,
+            (RecordState::Completed, false) => Some(parse(&opened, rest).ok_or_else(fail)?),
+            _ => return Err(fail()),
+        };
+        record.response = response;
         if let Some((key, scope)) = identity {
             (record.key, record.scope) = (key, scope);
         }
         record.sealed = None;
         Ok(())
+    }
+
+    /// Why `sealed` does not open here (its key not listed, a format this release does
+    /// not know, or it fails to open): for the log line of a 409 `record_unreadable`.
+    pub fn why_unreadable(&self, sealed: &Sealed) -> Unreadable {
+        if !self.keys.iter().any(|(id, _)| *id == sealed.key_id) {
+            let message = format!("sealed with key {:?}, which is not listed", sealed.key_id);
+            return Unreadable(message);
+        }
+        if sealed.format != FORMAT && sealed.format != bound::UNBOUND {
+            let message = format!(
+                "sealed in format {}, unknown to this release",
+                sealed.format
+            );
+            return Unreadable(message);
+        }
+        Unreadable(format!("does not open with key {:?}", sealed.key_id))
     }
 }
 
@@ -242,7 +300,9 @@ fn plaintext_len(response: &StoredResponse) -> usize {
     5 + headers + response.body.as_ref().map_or(0, Bytes::len)
 }
 
-fn parse(mut text: &[u8]) -> Option<StoredResponse> {
+/// The response sealed in `opened` from byte `at` on; the body is a view into `opened`.
+fn parse(opened: &Bytes, at: usize) -> Option<StoredResponse> {
+    let mut text = opened.get(at..)?;
     let need = |text: &[u8], n: usize| (text.remaining() >= n).then_some(());
     need(text, 4)?;
     let status = text.get_u16();
@@ -263,7 +323,7 @@ fn parse(mut text: &[u8]) -> Option<StoredResponse> {
     }
     need(text, 1)?;
     let body = match text.get_u8() {
-        1 => Some(Bytes::copy_from_slice(text)),
+        1 => Some(opened.slice_ref(text)),
         _ => None,
     };
     Some(StoredResponse {

@@ -1,13 +1,14 @@
 //! The process-wide part of the configured store, from which each worker thread builds
 //! its own handle ([`SharedStore::for_worker`]): the one memory map, or the one Redis
 //! event subscription or PostgreSQL `LISTEN` (every worker then opens its own command
-//! connection or pool on its own runtime).
+//! connection or pool on its own runtime). Every handle shares one [`Sealing`]: a reload
+//! that swaps the keys of `store.encryption` reaches them all.
 
 use std::sync::Arc;
 
 use super::postgres::{self, PostgresStore};
 use super::redis::{RedisEvents, RedisStore};
-use super::{memory::MemoryStore, Store, StoreError};
+use super::{memory::MemoryStore, Backend, Sealing, Store, StoreError};
 use crate::config::{RedisConfig, StoreBackend, StoreConfig};
 
 /// Records the memory store keeps before evicting the soonest-expiring completed one.
@@ -15,8 +16,14 @@ pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
 
 /// The store's process-wide part.
 #[derive(Clone)]
-pub enum SharedStore {
-    Memory(Store),
+pub struct SharedStore {
+    shared: Shared,
+    sealing: Sealing,
+}
+
+#[derive(Clone)]
+enum Shared {
+    Memory(MemoryStore),
     /// The subscription, and the settings each worker's connections are made with.
     Redis(RedisEvents, Arc<RedisConfig>),
     Postgres(Arc<postgres::Shared>),
@@ -25,31 +32,38 @@ pub enum SharedStore {
 impl SharedStore {
     /// Starts the shared part. Redis and PostgreSQL connect in the background and
     /// reconnect by themselves, so idem starts (unready) even while the store is down.
-    /// `workers` share PostgreSQL's `pool_size`.
-    pub fn start(cfg: &StoreConfig, workers: usize) -> Result<SharedStore, StoreError> {
-        Ok(match &cfg.backend {
-            StoreBackend::Memory => {
-                SharedStore::Memory(Store::Memory(MemoryStore::new(cfg.memory_max_records)))
-            }
+    /// `workers` share PostgreSQL's `pool_size`. Every handle seals with `sealing`.
+    pub fn start(
+        cfg: &StoreConfig,
+        workers: usize,
+        sealing: Sealing,
+    ) -> Result<SharedStore, StoreError> {
+        let shared = match &cfg.backend {
+            StoreBackend::Memory => Shared::Memory(MemoryStore::new(cfg.memory_max_records)),
             StoreBackend::Redis(redis) => {
-                SharedStore::Redis(RedisStore::subscribe(redis)?, Arc::new(redis.clone()))
+                Shared::Redis(RedisStore::subscribe(redis)?, Arc::new(redis.clone()))
             }
-            StoreBackend::Postgres(pg) => {
-                SharedStore::Postgres(postgres::Shared::start(pg, workers)?)
-            }
-        })
+            StoreBackend::Postgres(pg) => Shared::Postgres(postgres::Shared::start(pg, workers)?),
+        };
+        Ok(SharedStore { shared, sealing })
+    }
+
+    /// The sealing layer every handle shares (a reload swaps its keys).
+    pub fn sealing(&self) -> &Sealing {
+        &self.sealing
     }
 
     /// A store handle for the calling worker's runtime.
     pub async fn for_worker(&self) -> Result<Store, StoreError> {
-        Ok(match self {
-            SharedStore::Memory(store) => store.clone(),
-            SharedStore::Redis(events, cfg) => {
-                Store::Redis(RedisStore::connect_sharing(cfg, events).await?)
+        let backend = match &self.shared {
+            Shared::Memory(store) => Backend::Memory(store.clone()),
+            Shared::Redis(events, cfg) => {
+                Backend::Redis(RedisStore::connect_sharing(cfg, events).await?)
             }
-            SharedStore::Postgres(shared) => {
-                Store::Postgres(PostgresStore::connect_sharing(shared).await?)
+            Shared::Postgres(shared) => {
+                Backend::Postgres(PostgresStore::connect_sharing(shared).await?)
             }
-        })
+        };
+        Ok(Store::new(backend, self.sealing.clone()))
     }
 }

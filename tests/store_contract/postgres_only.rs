@@ -23,7 +23,7 @@ fn hex(n: u8) -> String {
 }
 
 async fn store(server: &PgServer) -> Store {
-    Store::Postgres(listening(&server.url()).await)
+    Store::from(listening(&server.url()).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +172,7 @@ async fn killed_database_fails_fast_then_recovers_with_the_same_store() {
         listening(&server.url()).await,
         listening(&server.url()).await,
     );
-    let (store, other) = (Store::Postgres(a.clone()), Store::Postgres(b.clone()));
+    let (store, other) = (Store::from(a.clone()), Store::from(b.clone()));
     let mine = in_progress(LEASE);
     assert!(won(store.reserve(&key(1), &mine, LEASE).await));
 
@@ -231,7 +231,7 @@ async fn starts_while_the_database_is_down() {
     let _panics = crate::support::panics::watched();
     let mut server = migrated_postgres();
     server.kill();
-    let store = Store::Postgres(
+    let store = Store::from(
         idem::store::PostgresStore::connect(&postgres_config(&server.url()))
             .await
             .expect("a store starts without its database"),

@@ -51,7 +51,7 @@ async fn stopped_redis_fails_fast_then_recovers_with_the_same_store() {
         subscribed(&server.url()).await,
         subscribed(&server.url()).await,
     );
-    let (store, other) = (Store::Redis(a.clone()), Store::Redis(b.clone()));
+    let (store, other) = (Store::from(a.clone()), Store::from(b.clone()));
     // Another key than the one reserved after the restart: this process owns key(5)
     // until its lease ends, and knows so without asking Redis.
     store
@@ -97,7 +97,7 @@ async fn starts_while_redis_is_down_and_connects_later() {
         .expect("starts anyway");
     assert_ended("connect with redis down", start.elapsed());
     assert!(!redis.is_subscribed());
-    let store = Store::Redis(redis.clone());
+    let store = Store::from(redis.clone());
     assert_failing_fast(&store, key(4)).await;
 
     server.start_again();
@@ -113,7 +113,7 @@ async fn starts_while_redis_is_down_and_connects_later() {
 async fn paused_redis_times_out_then_recovers() {
     let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
-    let store = Store::Redis(subscribed(&server.url()).await);
+    let store = Store::from(subscribed(&server.url()).await);
     store.ping().await.unwrap();
     server.pause();
     for _ in 0..2 {
@@ -141,7 +141,7 @@ async fn wait_replicas_without_enough_replicas_is_a_store_error() {
     let server = RedisServer::start();
     let mut cfg = redis_config(&server.url());
     cfg.wait_replicas = 1;
-    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let store = Store::from(RedisStore::connect(&cfg).await.unwrap());
     let start = Instant::now();
     let e = store
         .reserve(&key(1), &in_progress(LEASE), LEASE)
@@ -182,7 +182,7 @@ async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
     // machine a live replica's ack can take longer than the suite's 250 ms (1 run in
     // ~10 failed the first, acknowledged, reservation).
     cfg.op_timeout = Duration::from_secs(2);
-    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let store = Store::from(RedisStore::connect(&cfg).await.unwrap());
     let mine = in_progress(LEASE);
     assert!(won(store.reserve(&key(1), &mine, LEASE).await));
     let done = completed(&mine, RETENTION);
@@ -241,7 +241,7 @@ async fn cluster_wait_goes_to_the_keys_own_node() {
     // WAIT's bound: what this test checks is where WAIT goes, not how fast a replica
     // acknowledges; under a parallel build a fresh replica took more than 250 ms.
     cfg.op_timeout = std::time::Duration::from_secs(2);
-    let store = Store::Redis(RedisStore::connect(&cfg).await.unwrap());
+    let store = Store::from(RedisStore::connect(&cfg).await.unwrap());
     let frozen_slot = slot(b"{01}");
     let master = cluster.master_of(frozen_slot);
     assert!(won(store
@@ -280,7 +280,7 @@ async fn cluster_wait_goes_to_the_keys_own_node() {
 async fn a_retried_reservation_recognises_its_own_token() {
     let _panics = crate::support::panics::watched();
     let server = RedisServer::start();
-    let store = Store::Redis(subscribed(&server.url()).await);
+    let store = Store::from(subscribed(&server.url()).await);
     let mine = in_progress(LEASE);
     assert!(won(store.reserve(&key(1), &mine, LEASE).await));
     assert!(
@@ -308,7 +308,7 @@ async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
     for query in ["", "?protocol=resp3"] {
         let url = format!("redis://idem:s3cret@127.0.0.1:{}/0{query}", server.port());
         let (a, b) = (subscribed(&url).await, subscribed(&url).await);
-        let (a, b) = (Store::Redis(a), Store::Redis(b));
+        let (a, b) = (Store::from(a), Store::from(b));
         let mine = in_progress(LEASE);
         assert!(won(a.reserve(&key(1), &mine, LEASE).await), "{query}");
         let mut watch = b.watch(&key(1));
@@ -321,7 +321,7 @@ async fn minimal_acl_user_from_the_url_works_over_resp2_and_resp3() {
         assert!(b.delete(&key(1)).await.unwrap());
     }
     let url = format!("redis://idem:wrong@127.0.0.1:{}/0", server.port());
-    let store = Store::Redis(RedisStore::connect(&redis_config(&url)).await.unwrap());
+    let store = Store::from(RedisStore::connect(&redis_config(&url)).await.unwrap());
     let e = store.ping().await.expect_err("wrong password accepted");
     assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
 }
@@ -337,7 +337,7 @@ async fn cluster_resharding_moves_a_live_key_and_its_wake_ups() {
     let cluster = RedisCluster::start(3, 0);
     let cfg = cluster_config(cluster.seeds());
     let (a, b) = (subscribed_with(&cfg).await, subscribed_with(&cfg).await);
-    let (a, b) = (Store::Redis(a), Store::Redis(b));
+    let (a, b) = (Store::from(a), Store::from(b));
     let mine = in_progress(LEASE);
     assert!(won(a.reserve(&key(1), &mine, LEASE).await));
     let mut watch = b.watch(&key(1));

@@ -86,15 +86,15 @@ impl Backend {
 
     pub async fn instance(&self) -> Store {
         match self {
-            Backend::Memory(m) => Store::Memory(m.clone()),
-            Backend::Redis(server) => Store::Redis(subscribed(&server.url()).await),
+            Backend::Memory(m) => Store::from(m.clone()),
+            Backend::Redis(server) => Store::from(subscribed(&server.url()).await),
             Backend::RedisCluster(cluster) => {
-                Store::Redis(subscribed_with(&cluster_config(cluster.seeds())).await)
+                Store::from(subscribed_with(&cluster_config(cluster.seeds())).await)
             }
             Backend::RedisSentinel(set) => {
-                Store::Redis(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
+                Store::from(subscribed_with(&sentinel_config(set.sentinel_urls())).await)
             }
-            Backend::Postgres(server) => Store::Postgres(listening(&server.url()).await),
+            Backend::Postgres(server) => Store::from(listening(&server.url()).await),
         }
     }
 

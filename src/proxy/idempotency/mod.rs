@@ -23,7 +23,6 @@ use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
-use crate::store::seal::Keyring;
 use crate::store::{Record, Reserve, Settled, StoreError, Token};
 use crate::traces::RequestTrace;
 use crate::vocabulary::WokenBy;
@@ -37,8 +36,6 @@ pub struct Inbound {
     pub parts: request::Parts,
     pub client_ip: Option<IpAddr>,
     pub on_store_error: OnStoreError,
-    /// Seals stored responses and opens sealed ones (`store.encryption`).
-    pub keyring: Option<Arc<Keyring>>,
     /// The route's circuit breaker, when it has one (`breaker:`).
     pub breaker: Option<Arc<Breaker>>,
 }
@@ -57,7 +54,6 @@ struct Flow<'a> {
     body: BodyView,
     client_ip: Option<IpAddr>,
     on_store_error: OnStoreError,
-    keyring: Option<Arc<Keyring>>,
     breaker: Option<Arc<Breaker>>,
     /// Leave from the route's breaker to send this intent (taken before reserving).
     ticket: Option<Ticket>,
@@ -141,7 +137,6 @@ impl<'a> Flow<'a> {
             body,
             client_ip: inbound.client_ip,
             on_store_error: inbound.on_store_error,
-            keyring: inbound.keyring,
             breaker: inbound.breaker,
             ticket: None,
             format,
@@ -155,14 +150,14 @@ impl<'a> Flow<'a> {
     fn derive(&mut self) -> Derived {
         let mcp = self.mcp.as_deref();
         let captures = &self.captures;
-        let keyring = self.keyring.as_deref();
+        let sealing = self.cx.worker.store.sealing();
         match Intent::derive(
             &self.policy,
             &self.parts,
             captures,
             &self.body,
             mcp,
-            keyring,
+            sealing,
         ) {
             Ok(Some(intent)) => {
                 self.key = Some(intent.store_key);
@@ -219,10 +214,9 @@ impl<'a> Flow<'a> {
             };
             // The lease is judged on the store's clock, read with the record.
             let (existing, store_now) = existing;
-            let existing = match self.open(existing, &intent.store_key) {
-                Ok(existing) => existing,
-                Err(p) => return self.refuse(p, Outcome::Conflict),
-            };
+            if let Err(p) = self.readable(&existing, &intent.store_key) {
+                return self.refuse(p, Outcome::Conflict);
+            }
             let now = Instant::now();
             let may_wait = waits && now < deadline;
             let decision = decide(
@@ -340,7 +334,6 @@ impl<'a> Flow<'a> {
             key: intent.store_key,
             record,
             request,
-            keyring: self.keyring.clone(),
             ticket: self.ticket,
         };
         let started = Instant::now();

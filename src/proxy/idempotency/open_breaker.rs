@@ -26,10 +26,9 @@ impl Flow<'_> {
             Ok(None) => return self.refuse(open, Outcome::CircuitOpen),
             Err(e) => return Box::pin(self.store_failed(e)).await,
         };
-        let existing = match self.open(existing, &intent.store_key) {
-            Ok(existing) => existing,
-            Err(p) => return self.refuse(p, Outcome::Conflict),
-        };
+        if let Err(p) = self.readable(&existing, &intent.store_key) {
+            return self.refuse(p, Outcome::Conflict);
+        }
         // A token no record carries: this request owns nothing.
         let mine = intent.reservation(&self.policy);
         match decide(

@@ -15,7 +15,6 @@ use super::super::{forward_unprotected, Handled};
 use super::Flow;
 use crate::config::OnStoreError;
 use crate::key::StoreKey;
-use crate::store::seal::Unreadable;
 use crate::store::{Record, StoreError, StoredResponse};
 use crate::vocabulary::{Outcome, StoreOp};
 
@@ -63,26 +62,19 @@ impl Flow<'_> {
             .upstream_since(started)
     }
 
-    /// `existing` with its sealed response opened, or the 409 `record_unreadable` when no
-    /// listed key opens it: never executed again.
-    pub(super) fn open(&self, mut existing: Record, key: &StoreKey) -> Result<Record, Problem> {
+    /// Whether `existing` came back opened from the store, or the 409
+    /// `record_unreadable` when it is still sealed, no listed key opening it: never
+    /// executed again. By reference: the record is not moved on every repeat's path.
+    pub(super) fn readable(&self, existing: &Record, key: &StoreKey) -> Result<(), Problem> {
         if existing.sealed.is_none() {
-            return Ok(existing);
+            return Ok(());
         }
-        let opened = match &self.keyring {
-            Some(keyring) => keyring.open(&mut existing, key),
-            None => Err(Unreadable(
-                "this replica has no store.encryption keys".to_owned(),
-            )),
+        let Some(why) = self.cx.worker.store.sealing().why_unreadable(existing) else {
+            return Ok(());
         };
-        match opened {
-            Ok(()) => Ok(existing),
-            Err(why) => {
-                tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
-                self.cx.worker.metrics.unreadable(&self.policy.name);
-                Err(problem::record_unreadable(&self.policy.name))
-            }
-        }
+        tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
+        self.cx.worker.metrics.unreadable(&self.policy.name);
+        Err(problem::record_unreadable(&self.policy.name))
     }
 
     /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).

@@ -89,11 +89,7 @@ impl Flow<'_> {
             Lookup::Found(response) => {
                 let settled =
                     existing.settled_with(Settled::Reconciled, response, policy.retention);
-                let mut stored = settled.clone();
-                if let Some(keyring) = &self.keyring {
-                    keyring.seal(&mut stored, &intent.store_key);
-                }
-                match self.take_over(intent, existing, &stored, None).await {
+                match self.take_over(intent, existing, &settled, None).await {
                     Ok(true) => Settling::Replay(settled),
                     Ok(false) => Settling::Lost,
                     Err(e) => Settling::StoreFailed(e),

@@ -57,14 +57,16 @@ fn decode_parts(bytes: &[u8], body_of: impl Fn(&[u8]) -> Bytes) -> Result<Record
     let meta = Meta::parse(&rest[..split]).map_err(|e| corrupt(&format!("bad metadata: {e}")))?;
     let body = &rest[split + 1..];
 
-    let sealed = match (state, meta.sealed.as_deref()) {
-        (RecordState::Completed, Some(key_id)) => Some(Box::new(Sealed {
+    // Sealed in any phase: an in-progress record's sealed bytes hold its key and scope
+    // (format 2; releases before it sealed completed records only, and read past the
+    // field on one in progress).
+    let sealed = meta.sealed.as_deref().map(|key_id| {
+        Box::new(Sealed {
             key_id: key_id.to_owned(),
             bytes: body_of(body),
             format: meta.seal_format.unwrap_or(1),
-        })),
-        _ => None,
-    };
+        })
+    });
     let response = match (state, meta.status) {
         (RecordState::InProgress, _) => None,
         (RecordState::Completed, None) if sealed.is_some() => None,

@@ -10,8 +10,10 @@
 //! fingerprint, attempt and how an unknown outcome was settled. Changing any of them
 //! makes the record not open: 409 `record_unreadable`, never replayed, never executed
 //! again. The raw key and scope are not readable at all in format 2: they are sealed
-//! with the response ([`identity`]) and left empty in the metadata; the store key, a
-//! hash of route, scope and key, is in the associated data, so they are bound as well.
+//! ([`identity_into`]), with the response once there is one, and left empty in the
+//! metadata, in every phase of the record (in flight, unknown, completed, settled); the
+//! store key, a hash of route, scope and key, is in the associated data, so they are
+//! bound as well. An in-progress record's sealed bytes hold the key and scope only.
 //!
 //! Format 1 (releases before this one) bound the store key only. Such records still open,
 //! with their metadata trusted as before, until they expire (`retention`); a record says
@@ -51,30 +53,32 @@ pub fn associated_data(format: u8, record: &Record, store_key: &StoreKey) -> Vec
     out
 }
 
-/// The raw key and scope, sealed ahead of the response in format 2: `key len u32 | key |
-/// scope len u32 | scope`, in a buffer with room for `more` bytes after them (the
-/// response and the tag).
-pub fn identity(record: &Record, more: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(record.key.len() + record.scope.len() + 8 + more);
+/// The length of [`identity_into`]'s bytes for `record`.
+pub fn identity_len(record: &Record) -> usize {
+    record.key.len() + record.scope.len() + 8
+}
+
+/// The raw key and scope, sealed in format 2 (ahead of the response, if any): `key len
+/// u32 | key | scope len u32 | scope`, appended to `out`.
+pub fn identity_into(out: &mut Vec<u8>, record: &Record) {
     for field in [&record.key, &record.scope] {
         out.extend_from_slice(&(field.len() as u32).to_be_bytes());
         out.extend_from_slice(field.as_bytes());
     }
-    out
 }
 
-/// The key and scope [`identity`] wrote, and what follows them.
-pub fn parse_identity(text: &[u8]) -> Option<(String, String, &[u8])> {
-    let mut rest = text;
+/// The key and scope [`identity_into`] wrote, and where what follows them begins.
+pub fn parse_identity(text: &[u8]) -> Option<(String, String, usize)> {
+    let mut at = 0;
     let mut field = || {
-        let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-        let value = std::str::from_utf8(rest.get(4..4 + len)?).ok()?.to_owned();
-        rest = &rest[4 + len..];
-        Some(value)
+        let len = u32::from_be_bytes(text.get(at..at + 4)?.try_into().ok()?) as usize;
+        let value = std::str::from_utf8(text.get(at + 4..(at + 4).checked_add(len)?)?).ok()?;
+        at += 4 + len;
+        Some(value.to_owned())
     };
     let key = field()?;
     let scope = field()?;
-    Some((key, scope, rest))
+    Some((key, scope, at))
 }
 
 #[cfg(test)]

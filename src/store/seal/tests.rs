@@ -14,6 +14,60 @@ pub(super) fn keyring(keys: &[(&str, [u8; 32])]) -> (Keyring, tempfile::TempDir)
     (Keyring::load(&listed).unwrap(), dir)
 }
 
+impl Keyring {
+    /// `record` replaced by its sealed copy (as the store's sealing layer writes it).
+    pub(in crate::store) fn seal(&self, record: &mut Record, store_key: &StoreKey) {
+        *record = self.sealed_copy(record, store_key).expect("sealed");
+    }
+}
+
+/// An in-progress record seals its raw key and scope (issue 32 §2: in flight and unknown
+/// records too), and opens back to the same record; copied under another key, or turned
+/// into a completed record, it does not open.
+#[test]
+fn in_progress_records_seal_their_key_and_scope() {
+    let (ring, _dir) = keyring(&[("k1", [7; 32])]);
+    let key = StoreKey::new("charge", "ada@example.com", "charge:ada");
+    let original = Record::in_progress(
+        "charge",
+        "ada@example.com",
+        "charge:ada",
+        [1; 32],
+        [2; 32],
+        Duration::from_secs(30),
+    );
+    let mut r = original.clone();
+    ring.seal(&mut r, &key);
+    let bytes = encode(&r);
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(!text.contains("ada"), "readable: {text}");
+    assert!(
+        text.starts_with('P') && text.contains("\"sealed\":\"k1\""),
+        "{text}"
+    );
+    let mut back = decode(&bytes).unwrap();
+    assert!(back.sealed.is_some());
+    ring.open(&mut back, &key).unwrap();
+    assert_eq!(
+        back,
+        Record {
+            stamp: None,
+            ..original.clone()
+        }
+    );
+    let mut elsewhere = decode(&bytes).unwrap();
+    assert!(ring
+        .open(&mut elsewhere, &StoreKey::new("charge", "", "charge:ada"))
+        .is_err());
+    let mut flipped = bytes.clone();
+    flipped[0] = b'C';
+    let mut flipped = decode(&flipped).unwrap();
+    assert!(
+        ring.open(&mut flipped, &key).is_err(),
+        "no response sealed in it"
+    );
+}
+
 pub(super) fn completed() -> Record {
     let r = Record::in_progress("charge", "", "k", [1; 32], [2; 32], Duration::from_secs(30));
     r.completed(
