@@ -13,13 +13,27 @@ the modules' lowest common ancestor: `proxy::exchange::mod` -> `metrics::unknown
 as `proxy` -> `metrics` at the crate root. Each folder's sibling graph is then split into
 strongly connected components; a component of more than one module is a circle.
 
-Usage: python3 scripts/import_cycles.py [--edges A B]   (exit 1 when there is a circle)
+Usage: python3 scripts/import_cycles.py [--edges A B]
+  exit 1 when there is a circle not in KNOWN below (a known one that is gone is said too)
   --edges A B   also print the edges (file -> module) that lift to A -> B
+  --verbose     print the edges of the known circles too
 """
 
 import os
 import re
 import sys
+
+# Circles found when this script was written (issue 35) and not yet broken; none of them
+# is one the issue names. The crate-level one is the configuration's types (config) and
+# the mechanisms they configure (store, mcp, key, template) naming each other; breaking it
+# means moving the typed config of each part beside that part. A new circle, or a known
+# one that grows, fails the check.
+KNOWN = {
+    "crate: config <-> key <-> mcp <-> store <-> template <-> traces",
+    "admin: counting <-> unknown",
+    "store::postgres: pool <-> schema",
+    "store::redis: sentinel <-> target",
+}
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
@@ -169,14 +183,20 @@ def main():
         levels.setdefault(parent, {}).setdefault(x, set()).add(y)
         levels[parent].setdefault(y, set())
         via.setdefault((parent, x, y), set()).add(f"{rel}: {' '.join(written.split())}")
-    circles = 0
+    circles, new, seen = 0, 0, set()
     for parent in sorted(levels):
         adj = levels[parent]
         for comp in sccs(adj.keys(), adj):
             if len(comp) > 1:
                 circles += 1
                 where = "::".join(parent) or "crate"
-                print(f"circle in {where}: {' <-> '.join(comp)}")
+                name = f"{where}: {' <-> '.join(comp)}"
+                seen.add(name)
+                known = name in KNOWN
+                new += not known
+                print(f"{'known' if known else 'NEW'} circle in {name}")
+                if known and "--verbose" not in sys.argv:
+                    continue
                 for x in comp:
                     for y in comp:
                         for e in sorted(via.get((parent, x, y), ())):
@@ -188,8 +208,10 @@ def main():
             if (x, y) == (a, b):
                 for e in sorted(found):
                     print(f"{'::'.join(parent) or 'crate'}: {e}")
-    print(f"{circles} circle(s) among sibling modules")
-    return 1 if circles else 0
+    for gone in sorted(KNOWN - seen):
+        print(f"known circle gone (take it out of KNOWN): {gone}")
+    print(f"{circles} circle(s) among sibling modules, {new} not known")
+    return 1 if new else 0
 
 
 if __name__ == "__main__":
