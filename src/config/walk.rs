@@ -265,7 +265,11 @@ impl<'e> Walker<'e> {
         self.field(f, name, parse_size)
     }
 
-    pub fn count<T: std::str::FromStr>(&mut self, f: &Fields<'_>, name: &'static str) -> Option<At<T>> {
+    pub fn count<T: std::str::FromStr>(
+        &mut self,
+        f: &Fields<'_>,
+        name: &'static str,
+    ) -> Option<At<T>> {
         self.field(f, name, |s| {
             s.trim()
                 .parse()
