@@ -164,10 +164,9 @@ pub fn unknown_table(listing: &Value) -> String {
     let ago = |v: &Value| match (now, parse_time(v)) {
         (Some(now), Some(t)) => {
             let secs = now.duration_since(t).map_or(0, |d| d.as_secs());
-            format!(
-                "{} ago",
-                humantime::format_duration(std::time::Duration::from_secs(secs))
-            )
+            // The config's own duration grammar (`9m30s`), the one idem writes everywhere.
+            let age = crate::config::format_duration(std::time::Duration::from_secs(secs));
+            format!("{age} ago")
         }
         _ => "-".to_owned(),
     };
@@ -244,7 +243,7 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[0].starts_with("ROUTE   KEY"), "{table}");
         assert!(
-            lines[1].contains("charge:inv_1  -      1        unknown  10m ago     9m 30s ago"),
+            lines[1].contains("charge:inv_1  -      1        unknown  10m ago     9m30s ago"),
             "{table}"
         );
         assert_eq!(

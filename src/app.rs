@@ -12,25 +12,10 @@ use tokio::task::JoinHandle;
 use crate::admin::{self, Admin};
 use crate::config::{Config, StoreConfig};
 use crate::proxy::Control;
-use crate::store::{Sealing, SharedStore, StoreError};
+use crate::store::{Sealing, SharedStore};
 use crate::{traces, workers};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    #[error("cannot start the worker threads: {0}")]
-    Workers(std::io::Error),
-    #[error("{0}")]
-    Traces(String),
-    #[error("store.encryption: {0}")]
-    Keys(String),
-}
+pub use crate::workers::StartError;
 
 /// A running idem: its bound addresses and the handles to reload or drain it.
 pub struct Running {

@@ -5,7 +5,8 @@
 //!   failure, wake-up cause, reconciliation and resolution results), a leaf that the
 //!   pipeline, the metrics and the traces all import; metrics and traces never import
 //!   the pipeline.
-//! - [`config`]: YAML → typed, validated [`config::Config`].
+//! - [`config`]: YAML → typed, validated [`config::Config`]; a field's name is written
+//!   once, where its section reads it (`config/walk.rs` reports the fields nobody read).
 //! - [`path`]: the path-template language (`/invoices/{id}`); [`route`]: the route table
 //!   built from it (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
@@ -15,7 +16,8 @@
 //!   PostgreSQL) behind one narrow interface; [`store::SharedStore`] is the handle every
 //!   worker clones.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom; the duplicate's
-//!   decision and the outcome classes are pure functions in `proxy/decide.rs`; the
+//!   decision (on the record's [`store::Phase`]) and the outcome classes are pure
+//!   functions in `proxy/decide.rs`; the
 //!   protected flow is `proxy/idempotency/` (unknown outcomes in `unknown.rs`); every
 //!   upstream call is one exchange, `proxy/exchange/` (with an answer extractor for plain
 //!   HTTP and MCP); `proxy/outbound.rs` streams the answer and holds only its end;
@@ -25,7 +27,7 @@
 //!   with the one timed frame read, and the classifier of what happened to a call (not
 //!   sent / ambiguous / answered).
 //! - [`server`], [`workers`]: the proxy listener, per-worker runtimes, connection limits,
-//!   graceful drain.
+//!   graceful drain; [`workers::StartError`] sits here, below [`app`], which re-exports it.
 //! - [`admin`], [`admin_client`]: health, readiness, metrics and key admin on a separate
 //!   listener, and the CLI that talks to it; [`terminal`]: what it prints, with control
 //!   characters made visible.
@@ -34,6 +36,10 @@
 //! - [`time_bound`] (a time bound whose timer starts only when a step waits) and
 //!   [`fast_hex`] (hex of keys, tokens and digests): two small helpers of the hot path.
 //! - [`demo`], [`loadtest`]: `idem demo` and `idem loadtest`.
+//!
+//! Modules import downwards: no two siblings import each other (the few circles not yet
+//! broken are listed in `scripts/import_cycles.py`, which CI runs; `docs/pipeline.md`,
+//! "Who imports whom").
 
 pub mod admin;
 pub mod admin_client;

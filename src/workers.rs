@@ -12,18 +12,38 @@
 
 use crate::traces::Traces;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 
-use crate::app::StartError;
 use crate::config::Config;
 use crate::metrics::{Metrics, WorkerLabels};
 use crate::proxy::Control;
 use crate::server;
 use crate::store::SharedStore;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// Why idem could not start. Defined here, below [`crate::app`], because the workers
+/// start the store and report its failure; the app only adds the listeners' and the
+/// tracer's failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("cannot start the worker threads: {0}")]
+    Workers(std::io::Error),
+    #[error("{0}")]
+    Traces(String),
+    #[error("store.encryption: {0}")]
+    Keys(String),
+}
 
 /// Started workers: the control side (admin, reload), every worker's store handle (the
 /// admin asks them all), and a future that resolves when every worker has drained

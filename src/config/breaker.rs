@@ -32,7 +32,7 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Bre
         );
         return None;
     }
-    let f = w.fields(node, path, &["after", "cool_down"]);
+    let f = w.fields(node, path);
     let after = w.count::<u32>(&f, "after");
     let cool_down = w.duration(&f, "cool_down");
     let mut missing = |name: &str, example: &str| {

@@ -9,19 +9,6 @@ use super::error::{ConfigError, ConfigErrors};
 use super::walk::Walker;
 use super::{defaults, env, routes, sections, yaml, Config};
 
-/// The top-level fields of a file.
-const TOP_FIELDS: &[&str] = &[
-    "listen",
-    "server",
-    "admin",
-    "upstream",
-    "store",
-    "telemetry",
-    "default",
-    "defaults",
-    "routes",
-];
-
 impl Config {
     /// Load and validate a YAML file; `${VAR}` reads the process environment.
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
@@ -52,6 +39,7 @@ impl Config {
         let root = yaml::parse(text).map_err(|e| ConfigErrors::finish(vec![e], source))?;
         let mut w = Walker::new(&env);
         let config = walk(&mut w, &root);
+        w.unknown_fields();
         match config {
             Some(mut config) if w.errors.is_empty() => {
                 config.source = source.map(Path::to_path_buf);
@@ -77,7 +65,7 @@ impl Config {
 
 /// Walk the whole document; `None` if a required part is missing or invalid.
 fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
-    let f = w.fields(root, "", TOP_FIELDS);
+    let f = w.fields(root, "");
     let listen = w.field(&f, "listen", sections::parse_listen);
     let server = sections::server(w, f.get("server"));
     let admin = sections::admin(w, f.get("admin"));

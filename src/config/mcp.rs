@@ -11,7 +11,7 @@ pub(crate) const MCP_KEY: &str = "{mcp.tool}:{mcp.args_hash}";
 
 /// Read `mcp: {tools: [...], describe: bool}`; `None` when invalid (reported).
 pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<McpRoute>> {
-    let f = w.fields(node, path, &["tools", "describe"]);
+    let f = w.fields(node, path);
     let describe = w.flag(&f, "describe").is_none_or(|a| a.value);
     let Some(tools_node) = f.get("tools") else {
         w.error(

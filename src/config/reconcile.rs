@@ -185,11 +185,7 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
         );
         return None;
     }
-    let f = w.fields(
-        node,
-        path,
-        &["method", "path", "found", "found_json", "absent", "timeout"],
-    );
+    let f = w.fields(node, path);
     let method = w.field(&f, "method", values::method);
     let parts = w.field(&f, "path", |text| {
         Ok((Reconcile::parse_path(text)?, text.to_owned()))
@@ -201,7 +197,7 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
             "missing path, e.g. path: \"/v1/charges/search?idempotency_key={key}\"",
         );
     }
-    let statuses = |w: &mut Walker<'_>, name: &str, default: u16| -> Vec<u16> {
+    let statuses = |w: &mut Walker<'_>, name: &'static str, default: u16| -> Vec<u16> {
         let Some(list) = f.get(name) else {
             return vec![default];
         };

@@ -6,22 +6,14 @@
 
 use std::sync::Arc;
 
-use super::policy::{PolicyFields, POLICY_FIELDS};
+use super::policy::{PolicyFields, ReadRoute};
 use super::validate;
 use super::values;
 use super::walk::{At, Walker};
 use super::yaml::Node;
 use super::{mcp, BodyFingerprint, OnConcurrent, OnUnknown, RoutePolicy};
-use crate::path::PathTemplate;
 use crate::template::Template;
 use http::Method;
-
-/// A route as read, before it becomes a [`RoutePolicy`]; kept for cross-route checks.
-pub(crate) struct ReadRoute {
-    pub name: At<String>,
-    pub path: At<PathTemplate>,
-    pub policy: RoutePolicy,
-}
 
 /// Read `defaults:` and every route; invalid routes are reported and left out.
 pub(crate) fn read(
@@ -31,7 +23,7 @@ pub(crate) fn read(
 ) -> Vec<Arc<RoutePolicy>> {
     let defaults = match defaults {
         Some(node) => {
-            let f = w.fields(node, "defaults", POLICY_FIELDS);
+            let f = w.fields(node, "defaults");
             PolicyFields::read(w, &f)
         }
         None => PolicyFields::default(),
@@ -59,9 +51,7 @@ fn read_route(
     defaults: &PolicyFields,
     names: &mut Vec<At<String>>,
 ) -> Option<ReadRoute> {
-    let mut allowed = vec!["name", "path", "mcp"];
-    allowed.extend_from_slice(POLICY_FIELDS);
-    let f = w.fields(node, path, &allowed);
+    let f = w.fields(node, path);
     let name = w.field(&f, "name", values::route_name);
     names.extend(name.clone());
     if f.get("name").is_none() {

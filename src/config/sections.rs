@@ -94,17 +94,7 @@ fn set<T>(target: &mut T, value: Option<T>) {
 pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
     let mut cfg = ServerConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(
-        node,
-        "server",
-        &[
-            "header_read_timeout",
-            "max_header_bytes",
-            "max_connections",
-            "shutdown_grace",
-            "workers",
-        ],
-    );
+    let f = w.fields(node, "server");
     let header_read_timeout = w.duration(&f, "header_read_timeout");
     set(
         &mut cfg.header_read_timeout,
@@ -140,7 +130,7 @@ pub fn parse_workers(text: &str) -> Result<Option<usize>, String> {
 pub(crate) fn admin(w: &mut Walker<'_>, node: Option<&Node>) -> AdminConfig {
     let mut cfg = AdminConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(node, "admin", &["listen", "token", "allowed_hosts"]);
+    let f = w.fields(node, "admin");
     set(
         &mut cfg.listen,
         w.field(&f, "listen", parse_listen).map(|a| a.value),
@@ -197,7 +187,7 @@ pub(crate) fn upstream(
         w.error(root.pos(), "upstream", message);
         return None;
     };
-    let f = w.fields(node, "upstream", &["url", "connect_timeout", "timeout"]);
+    let f = w.fields(node, "upstream");
     let url = w.field(&f, "url", parse_upstream_url);
     if url.is_none() && f.get("url").is_none() {
         w.error(
@@ -219,20 +209,9 @@ pub(crate) fn upstream(
 pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     let mut cfg = StoreConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(
-        node,
-        "store",
-        &[
-            "backend",
-            "memory",
-            "redis",
-            "postgres",
-            "on_error",
-            "encryption",
-        ],
-    );
+    let f = w.fields(node, "store");
     if let Some(memory) = f.get("memory") {
-        let f = w.fields(memory, "store.memory", &["max_records"]);
+        let f = w.fields(memory, "store.memory");
         if let Some(max) = w.count::<usize>(&f, "max_records") {
             match max.value {
                 0 => w.error(max.pos, &max.path, "max_records must be at least 1"),
@@ -267,7 +246,10 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
 /// entry; its content never is), and only their ids and paths are kept: the store's
 /// sealing layer reads them again when it starts or reloads (`store/sealing.rs`).
 fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
-    let f = w.fields(node, "store.encryption", &["keys", "credential_key_file"]);
+    let f = w.fields(node, "store.encryption");
+    // Optional: keys the credential hash (`seal/credential_key.rs` says why a key of its
+    // own). Read first, so that it is a field of this map whatever else is wrong.
+    let credential_key_file = w.string(&f, "credential_key_file");
     let Some(list) = f.get("keys") else {
         w.error(
             node.pos,
@@ -279,7 +261,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
     let mut keys: Vec<(String, std::path::PathBuf)> = Vec::new();
     let mut ok = true;
     for (path, item) in w.list(list, "store.encryption.keys") {
-        let k = w.fields(item, &path, &["id", "file"]);
+        let k = w.fields(item, &path);
         let id = w.string(&k, "id");
         let file = w.string(&k, "file");
         let (Some(id), Some(file)) = (id, file) else {
@@ -310,8 +292,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
         w.error(list.pos, "store.encryption.keys", message);
         return None;
     }
-    // Optional: keys the credential hash (`seal/credential_key.rs` says why a key of its own).
-    let Some(file) = w.string(&f, "credential_key_file") else {
+    let Some(file) = credential_key_file else {
         return Some(cfg);
     };
     cfg.credential_key_file = Some(file.value.clone().into());
@@ -326,11 +307,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
 
 fn postgres(w: &mut Walker<'_>, node: &Node, in_use: bool) -> PostgresConfig {
     let mut cfg = PostgresConfig::default();
-    let f = w.fields(
-        node,
-        "store.postgres",
-        &["url", "table", "pool_size", "op_timeout"],
-    );
+    let f = w.fields(node, "store.postgres");
     // Checked by the same parser connecting uses, only when PostgreSQL is the backend.
     let check = |text: &str| -> Result<String, String> {
         if in_use {
@@ -354,20 +331,7 @@ fn postgres(w: &mut Walker<'_>, node: &Node, in_use: bool) -> PostgresConfig {
 
 fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
     let mut cfg = RedisConfig::default();
-    let f = w.fields(
-        node,
-        "store.redis",
-        &[
-            "url",
-            "mode",
-            "nodes",
-            "sentinel_master",
-            "key_prefix",
-            "op_timeout",
-            "wait_replicas",
-            "tls",
-        ],
-    );
+    let f = w.fields(node, "store.redis");
     // URLs are checked by the Redis client's own parser (so `idem check` agrees with what
     // connecting will do), but only when Redis is the backend: a memory deployment may
     // carry an unused Redis section.
@@ -407,7 +371,7 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
         w.count(&f, "wait_replicas").map(|a| a.value),
     );
     if let Some(tls) = f.get("tls") {
-        let t = w.fields(tls, "store.redis.tls", &["ca_file"]);
+        let t = w.fields(tls, "store.redis.tls");
         if let Some(ca) = w.string(&t, "ca_file").filter(|a| !a.value.is_empty()) {
             cfg.tls_ca_file = Some(ca.value.into());
         }

@@ -16,11 +16,7 @@ use super::TelemetryConfig;
 pub(crate) fn read(w: &mut Walker<'_>, node: Option<&Node>) -> TelemetryConfig {
     let mut cfg = TelemetryConfig::default();
     let Some(node) = node else { return cfg };
-    let f = w.fields(
-        node,
-        "telemetry",
-        &["otlp_endpoint", "service_name", "sample_ratio"],
-    );
+    let f = w.fields(node, "telemetry");
     cfg.otlp_endpoint = w
         .field(&f, "otlp_endpoint", parse_otlp_endpoint)
         .and_then(|a| a.value);

@@ -112,7 +112,7 @@ pub fn format_duration(d: Duration) -> String {
 /// Write a size in the largest binary unit that divides it: `64KiB`, `1MiB`, `1000B`.
 pub fn format_size(bytes: usize) -> String {
     for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
         }
     }

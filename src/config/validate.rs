@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use super::policy::PolicyFields;
-use super::routes::ReadRoute;
+use super::policy::{PolicyFields, ReadRoute};
 use super::units::format_duration;
 use super::walk::{At, Walker};
 use super::{defaults, OnConcurrent, OnUnknown};

@@ -5,7 +5,15 @@
 //! the next. A getter's error carries the value's position and the field's path.
 //! String values pass through `${VAR}` expansion here, so a variable can supply any
 //! value (`lease: ${LEASE:-30s}`) and an unset one is reported with its field path.
+//!
+//! A field's name is written once, where it is read: a map accepts the names its reader
+//! asks for, and [`Walker::unknown_fields`], at the end of the walk, reports every field
+//! of every map that nobody asked for (with the closest asked name as a suggestion) and
+//! every field written twice. So a reader must ask for each of its fields whatever the
+//! values of the others, as every section here does.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use super::choice::Choice;
@@ -38,14 +46,28 @@ pub(crate) struct Walker<'e> {
     env: &'e dyn Fn(&str) -> Option<String>,
     pub errors: Vec<ConfigError>,
     pub warnings: Vec<ConfigError>,
+    /// Every map opened, to check its fields against the names its reader asked for.
+    opened: Vec<Opened>,
 }
 
-/// The fields of one map, already checked against the names its section accepts.
+/// The names a map's reader asked for, shared by its [`Fields`] and the walker.
+type Asked = Rc<RefCell<Vec<&'static str>>>;
+
+/// A map opened during the walk: its fields as written, and the names asked of it.
+struct Opened {
+    path: String,
+    /// (name, where the name is written), in the file's order.
+    written: Vec<(String, Pos)>,
+    asked: Asked,
+}
+
+/// The fields of one map; the names read from it are the names it accepts.
 pub(crate) struct Fields<'n> {
     path: String,
     pos: Pos,
     /// (name, where the name is written, value)
     entries: Vec<(&'n str, Pos, &'n Node)>,
+    asked: Asked,
 }
 
 /// `a.b` / `b` for the root.
@@ -59,7 +81,13 @@ pub(crate) fn join(path: &str, name: &str) -> String {
 
 impl<'n> Fields<'n> {
     /// The field's node, unless it is absent or null (null means "use the default").
-    pub fn get(&self, name: &str) -> Option<&'n Node> {
+    /// Asking for a name is what makes it a field of this map.
+    pub fn get(&self, name: &'static str) -> Option<&'n Node> {
+        let mut asked = self.asked.borrow_mut();
+        if !asked.contains(&name) {
+            asked.push(name);
+        }
+        drop(asked);
         self.entries
             .iter()
             .find(|(n, _, node)| *n == name && node.value != Value::Null)
@@ -82,6 +110,7 @@ impl<'e> Walker<'e> {
             env,
             errors: Vec::new(),
             warnings: Vec::new(),
+            opened: Vec::new(),
         }
     }
 
@@ -94,12 +123,14 @@ impl<'e> Walker<'e> {
             .push(ConfigError::new(Some(pos), path, message));
     }
 
-    /// Open a map, reporting unknown and repeated fields. Null is an empty map.
-    pub fn fields<'n>(&mut self, node: &'n Node, path: &str, allowed: &[&str]) -> Fields<'n> {
+    /// Open a map (null is an empty map); its fields are checked at the walk's end by
+    /// [`Walker::unknown_fields`].
+    pub fn fields<'n>(&mut self, node: &'n Node, path: &str) -> Fields<'n> {
         let mut fields = Fields {
             path: path.to_string(),
             pos: node.pos,
             entries: Vec::new(),
+            asked: Asked::default(),
         };
         let entries = match &node.value {
             Value::Map(entries) => entries,
@@ -113,21 +144,38 @@ impl<'e> Walker<'e> {
                 return fields;
             }
         };
+        let mut written = Vec::with_capacity(entries.len());
         for (key, value) in entries {
-            let field_path = join(path, &key.name);
-            if !allowed.contains(&key.name.as_str()) {
-                let message = unknown_field(&key.name, allowed);
-                self.error(key.pos, &field_path, message);
-            } else if let Some((_, first, _)) =
-                fields.entries.iter().find(|(n, _, _)| *n == key.name)
-            {
-                let message = format!("repeated field (first set at line {})", first.line);
-                self.error(key.pos, &field_path, message);
-            } else {
+            written.push((key.name.clone(), key.pos));
+            // The first of a repeated name is the one read.
+            if !fields.entries.iter().any(|(n, _, _)| *n == key.name) {
                 fields.entries.push((&key.name, key.pos, value));
             }
         }
+        self.opened.push(Opened {
+            path: path.to_string(),
+            written,
+            asked: fields.asked.clone(),
+        });
         fields
+    }
+
+    /// Report, for every map opened, the fields its reader never asked for and the
+    /// fields written twice. Called once, when the whole document has been read.
+    pub fn unknown_fields(&mut self) {
+        for map in std::mem::take(&mut self.opened) {
+            let asked = map.asked.borrow();
+            for (i, (name, pos)) in map.written.iter().enumerate() {
+                let field_path = join(&map.path, name);
+                if !asked.contains(&name.as_str()) {
+                    let message = unknown_field(name, &asked);
+                    self.error(*pos, &field_path, message);
+                } else if let Some((_, first)) = map.written[..i].iter().find(|(n, _)| n == name) {
+                    let message = format!("repeated field (first set at line {})", first.line);
+                    self.error(*pos, &field_path, message);
+                }
+            }
+        }
     }
 
     /// The items of a list (null is empty), with their paths.
@@ -198,26 +246,30 @@ impl<'e> Walker<'e> {
     pub fn field<T>(
         &mut self,
         f: &Fields<'_>,
-        name: &str,
+        name: &'static str,
         parse: impl FnOnce(&str) -> Result<T, String>,
     ) -> Option<At<T>> {
         let node = f.get(name)?;
         self.parsed(node, &f.path(name), parse)
     }
 
-    pub fn string(&mut self, f: &Fields<'_>, name: &str) -> Option<At<String>> {
+    pub fn string(&mut self, f: &Fields<'_>, name: &'static str) -> Option<At<String>> {
         self.field(f, name, |s| Ok(s.to_string()))
     }
 
-    pub fn duration(&mut self, f: &Fields<'_>, name: &str) -> Option<At<Duration>> {
+    pub fn duration(&mut self, f: &Fields<'_>, name: &'static str) -> Option<At<Duration>> {
         self.field(f, name, parse_duration)
     }
 
-    pub fn size(&mut self, f: &Fields<'_>, name: &str) -> Option<At<usize>> {
+    pub fn size(&mut self, f: &Fields<'_>, name: &'static str) -> Option<At<usize>> {
         self.field(f, name, parse_size)
     }
 
-    pub fn count<T: std::str::FromStr>(&mut self, f: &Fields<'_>, name: &str) -> Option<At<T>> {
+    pub fn count<T: std::str::FromStr>(
+        &mut self,
+        f: &Fields<'_>,
+        name: &'static str,
+    ) -> Option<At<T>> {
         self.field(f, name, |s| {
             s.trim()
                 .parse()
@@ -225,7 +277,7 @@ impl<'e> Walker<'e> {
         })
     }
 
-    pub fn flag(&mut self, f: &Fields<'_>, name: &str) -> Option<At<bool>> {
+    pub fn flag(&mut self, f: &Fields<'_>, name: &'static str) -> Option<At<bool>> {
         self.field(f, name, |s| match s {
             "true" | "True" | "TRUE" => Ok(true),
             "false" | "False" | "FALSE" => Ok(false),
@@ -233,7 +285,7 @@ impl<'e> Walker<'e> {
         })
     }
 
-    pub fn choice<T: Choice>(&mut self, f: &Fields<'_>, name: &str) -> Option<At<T>> {
+    pub fn choice<T: Choice>(&mut self, f: &Fields<'_>, name: &'static str) -> Option<At<T>> {
         self.field(f, name, T::from_name)
     }
 }
@@ -279,9 +331,10 @@ mod tests {
     fn every_problem_is_collected_with_its_place() {
         let root = parse("a: 5\nbogus: 1\na: 6\nd: [1]\n").unwrap();
         let mut w = Walker::new(&no_env);
-        let f = w.fields(&root, "top", &["a", "d"]);
+        let f = w.fields(&root, "top");
         assert!(w.duration(&f, "a").is_none());
         assert!(w.duration(&f, "d").is_none());
+        w.unknown_fields();
         let places: Vec<String> = w
             .errors
             .iter()
@@ -289,7 +342,7 @@ mod tests {
             .collect();
         assert_eq!(
             places,
-            ["2:1 top.bogus", "3:1 top.a", "1:4 top.a", "4:4 top.d"]
+            ["1:4 top.a", "4:4 top.d", "2:1 top.bogus", "3:1 top.a"]
         );
     }
 }

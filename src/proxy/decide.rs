@@ -26,7 +26,7 @@ use bytes::Bytes;
 use super::intent::Intent;
 use super::problem::{self, Problem, UnknownBecause};
 use crate::config::{OnAmbiguous, OnFailure, OnUnknown, RoutePolicy};
-use crate::store::{Record, RecordState, Settled, StoredResponse, Token};
+use crate::store::{Phase, Record, StoredResponse, Token};
 use crate::vocabulary::Outcome;
 
 /// The longest a waiting duplicate sleeps between looks at the record: a safety net
@@ -79,42 +79,64 @@ pub fn decide<'r>(
     if existing.fingerprint != intent.fingerprint {
         return Decision::Refuse(problem::key_reused(), Outcome::Mismatch);
     }
-    match (existing.state, &existing.response) {
-        (RecordState::Completed, Some(stored)) => {
-            let failed = (400..500).contains(&stored.status);
-            match &stored.body {
-                _ if failed && policy.on_failure == OnFailure::Retry => Decision::NewAttempt,
-                Some(body) => Decision::Replay { stored, body },
-                // Completed, but too large to keep: never a second execution.
-                None => {
-                    let p = problem::response_not_stored(stored.status);
-                    Decision::Refuse(p, Outcome::Conflict)
-                }
+    // The record's one classification (SPEC §1), shared with the admin's views.
+    match existing.phase(now_ms) {
+        Phase::Completed => match &existing.response {
+            Some(stored) if policy.on_failure == OnFailure::Retry && failed(stored) => {
+                Decision::NewAttempt
             }
-        }
+            Some(stored) => answer(stored),
+            // A completed record always carries its response; were one to come without,
+            // it is treated as in progress, never executed a second time.
+            None => in_flight(existing, policy, may_wait, now_ms),
+        },
+        // Settled as not executed (its lease ended with the settlement): forward again.
+        Phase::NotExecuted => Decision::Retry,
         // In progress, its lease ended: the outcome is unknown.
-        _ if existing.lease_ended(now_ms) => unknown(existing, policy, now_ms),
-        // In progress (a completed record always carries its response).
-        _ if may_wait => {
-            // Wake on completion, at the lease's end (its owner may have died), or after
-            // `MAX_NAP` as a safety net.
-            let nap = remaining(existing, now_ms) + Duration::from_millis(5);
-            Decision::Wait {
-                nap: nap.min(MAX_NAP),
-            }
-        }
-        _ => {
-            let p = problem::in_progress(&policy.name, retry_after_secs(existing, now_ms));
+        Phase::Unknown => unknown(existing, policy, now_ms),
+        Phase::InFlight => in_flight(existing, policy, may_wait, now_ms),
+    }
+}
+
+/// A stored 4xx: under `on_failure: retry`, a repeat is a new attempt.
+fn failed(stored: &StoredResponse) -> bool {
+    (400..500).contains(&stored.status)
+}
+
+/// A completed record's answer: its stored response, or 409 when the response was too
+/// large to keep (never a second execution). Also the answer of a record just settled
+/// from the upstream's records (`reconcile:`), which SPEC §1 replays whatever its status.
+pub fn answer(stored: &StoredResponse) -> Decision<'_> {
+    match &stored.body {
+        Some(body) => Decision::Replay { stored, body },
+        None => {
+            let p = problem::response_not_stored(stored.status);
             Decision::Refuse(p, Outcome::Conflict)
         }
     }
 }
 
+/// A record in progress whose lease is live: wait for it, or 409 with `Retry-After`.
+fn in_flight<'r>(
+    existing: &Record,
+    policy: &RoutePolicy,
+    may_wait: bool,
+    now_ms: u64,
+) -> Decision<'r> {
+    if may_wait {
+        // Wake on completion, at the lease's end (its owner may have died), or after
+        // `MAX_NAP` as a safety net.
+        let nap = remaining(existing, now_ms) + Duration::from_millis(5);
+        return Decision::Wait {
+            nap: nap.min(MAX_NAP),
+        };
+    }
+    let p = problem::in_progress(&policy.name, retry_after_secs(existing, now_ms));
+    Decision::Refuse(p, Outcome::Conflict)
+}
+
 /// A repeat of an attempt whose outcome is unknown (SPEC §1, the `on_unknown` table).
 fn unknown<'r>(existing: &Record, policy: &RoutePolicy, now_ms: u64) -> Decision<'r> {
-    if existing.settled == Some(Settled::NotExecuted) {
-        return Decision::Retry;
-    }
     let refuse = |because| {
         let p = problem::outcome_unknown(&policy.name, existing.sent_at_ms, because, None);
         Decision::Refuse(p, Outcome::Conflict)

@@ -15,10 +15,6 @@ use hyper::body::Incoming;
 use super::conn::Conn;
 use super::pool::Pool;
 
-/// The body sent upstream: the buffered body of a protected request, or the caller's
-/// streamed body on passthrough.
-pub type UpstreamBody = http_body_util::Either<http_body_util::Full<Bytes>, Incoming>;
-
 /// The error type of bodies and connectors along the way.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

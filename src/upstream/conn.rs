@@ -19,7 +19,10 @@ use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::body::UpstreamBody;
+/// The body sent upstream: the buffered body of a protected request, or the caller's
+/// streamed body on passthrough. Here, with the connection that sends it, so the
+/// response body (`body.rs`), which owns a connection, is the only one to import the other.
+pub type UpstreamBody = http_body_util::Either<http_body_util::Full<bytes::Bytes>, Incoming>;
 
 pub type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 

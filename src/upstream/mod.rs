@@ -19,7 +19,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
-pub use body::{BoxError, ResponseBody, UpstreamBody};
+pub use body::{BoxError, ResponseBody};
+pub use conn::UpstreamBody;
 use conn::{Conn, SendFailure};
 use pool::Pool;
 

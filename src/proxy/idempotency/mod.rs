@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 
 use super::breaker::{Breaker, Ticket};
 use super::context::RequestContext;
-use super::decide::{decide, Decision};
+use super::decide::{answer, decide, Decision};
 use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
@@ -277,19 +277,19 @@ impl<'a> Flow<'a> {
                     };
                     match settling {
                         Settling::Forward(record) => return self.forward(&intent, record).await,
+                        // Settled from the upstream's records: back through the
+                        // decision's answer of a completed record.
                         Settling::Replay(record) => {
-                            let stored = record.response.as_ref();
-                            let body = stored.and_then(|s| s.body.as_ref());
-                            match (stored, body) {
-                                (Some(stored), Some(body)) => {
-                                    return self.replay(stored, body, true)
+                            let Some(stored) = record.response.as_ref() else {
+                                continue;
+                            };
+                            return match answer(stored) {
+                                Decision::Replay { stored, body } => {
+                                    self.replay(stored, body, true)
                                 }
-                                (Some(stored), None) => {
-                                    let p = problem::response_not_stored(stored.status);
-                                    return self.refuse(p, Outcome::Conflict);
-                                }
-                                (None, _) => continue,
-                            }
+                                Decision::Refuse(p, outcome) => self.refuse(p, outcome),
+                                _ => continue,
+                            };
                         }
                         Settling::Refuse(p) => return self.refuse(p, Outcome::Conflict),
                         Settling::StoreFailed(e) => return Box::pin(self.store_failed(e)).await,

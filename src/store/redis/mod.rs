@@ -18,6 +18,7 @@
 mod admin_read;
 mod command;
 mod conn;
+mod events;
 mod keys;
 mod listing;
 mod local;
@@ -402,7 +403,7 @@ impl RedisStore {
         let channel = self.layout.channel(key);
         // The suffix tells every replica to drop what it remembers of the key.
         let mut message = key.hex().to_vec();
-        message.extend_from_slice(subscriber::DELETED);
+        message.extend_from_slice(events::DELETED);
         let args = |cmd: &mut Cmd| {
             cmd.arg(&*channel).arg(&message[..]);
         };

@@ -20,8 +20,8 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::{sleep, timeout};
 
+use super::events::{dispatch, log_failure, MAX_BACKOFF, MIN_BACKOFF, PING_INTERVAL};
 use super::local::Local;
-use super::subscriber::{dispatch, log_failure, MAX_BACKOFF, MIN_BACKOFF, PING_INTERVAL};
 use crate::store::Watchers;
 
 /// Subscribes, dispatches shard messages, and re-subscribes after any loss, until the

@@ -27,16 +27,13 @@ use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
 
 use super::super::task::AbortOnDrop;
+use super::events::{dispatch, log_failure, MAX_BACKOFF, MIN_BACKOFF, PING_INTERVAL};
 use super::keys::Layout;
 use super::local::Local;
 use super::switch::{Master, Switches};
 use super::target::Target;
-use crate::key::StoreKey;
 use crate::store::Watchers;
 
-pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(100);
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
-pub(super) const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// Sentinel mode: how often the subscription checks it is still on the master.
 const MASTER_CHECK: Duration = Duration::from_secs(1);
 
@@ -246,38 +243,4 @@ pub(super) async fn announced(switches: &mut Option<Switches>) -> Master {
         *switches = None;
     }
     std::future::pending().await
-}
-
-/// The suffix of an admin delete's event: replicas forget what they remember of the key.
-pub(super) const DELETED: &[u8] = b":deleted";
-
-/// Wakes the watchers of the key named by an event's payload (the key in hex, and
-/// [`DELETED`] after an admin delete).
-pub(super) fn dispatch(watchers: &Watchers, local: &Local, payload: &[u8]) {
-    let (hex, deleted) = match payload.strip_suffix(DELETED) {
-        Some(hex) => (hex, true),
-        None => (payload, false),
-    };
-    match crate::fast_hex::decode(hex) {
-        Some(key) => {
-            let key = StoreKey(key);
-            if deleted {
-                local.forget(&key);
-            }
-            // Before the wake-up: a waiter woken now must not join a stale read.
-            local.changed(&key);
-            watchers.notify(&key);
-        }
-        None => tracing::debug!("ignoring malformed redis event"),
-    }
-}
-
-/// Once per outage at warn level; the health loop reports the outage too.
-pub(super) fn log_failure(failures: &mut u32, error: &str) {
-    *failures += 1;
-    if *failures == 1 {
-        tracing::warn!(%error, "cannot subscribe to redis events; retrying");
-    } else {
-        tracing::debug!(%error, failures = *failures, "redis subscribe failed");
-    }
 }

@@ -18,8 +18,8 @@ use redis::aio::PubSub;
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
 
+use super::events::{MAX_BACKOFF, MIN_BACKOFF, PING_INTERVAL};
 use super::sentinel::Sentinels;
-use super::subscriber::{MAX_BACKOFF, MIN_BACKOFF, PING_INTERVAL};
 
 const CHANNEL: &str = "+switch-master";
 
