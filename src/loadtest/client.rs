@@ -1,5 +1,5 @@
 //! The HTTP side of a run: the pooled client, one request's exchange classed into an
-//! [`Answer`], and the `--check-url` reads of each intent's execution count after the
+//! [`Reply`], and the `--check-url` reads of each intent's execution count after the
 //! load.
 
 use std::hash::{DefaultHasher, Hasher};
@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::report::{Answer, CheckResult, Tally};
+use super::report::{CheckResult, Reply, Tally};
 use super::template::{IntentVars, LoadTemplate};
 
 pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -30,7 +30,7 @@ pub(super) async fn send(
     client: &HttpClient,
     request: Request<Full<Bytes>>,
     timeout: Duration,
-) -> Answer {
+) -> Reply {
     let exchange = async {
         let response = client.request(request).await.map_err(|e| {
             // The hyper-util error alone says little ("client error (Connect)").
@@ -59,7 +59,7 @@ pub(super) async fn send(
             h.write(&body);
             h.finish()
         });
-        Ok::<_, String>(Answer::Response {
+        Ok::<_, String>(Reply::Response {
             status,
             replayed,
             body_hash,
@@ -67,8 +67,8 @@ pub(super) async fn send(
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => Answer::Transport(e),
-        Err(_) => Answer::Timeout,
+        Ok(Err(e)) => Reply::Transport(e),
+        Err(_) => Reply::Timeout,
     }
 }
 

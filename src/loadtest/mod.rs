@@ -46,7 +46,7 @@ use client::{check_counts, send};
 use plan::{valid_run_id, Plan};
 use progress::Progress;
 
-pub use report::{Answer, CheckResult, LatencySummary, Report, RunInfo, Tally};
+pub use report::{CheckResult, LatencySummary, Reply, Report, RunInfo, Tally};
 pub use template::{IntentVars, LoadTemplate};
 
 /// Arguments of `idem loadtest`.
@@ -158,7 +158,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
     let intents = usize::try_from(args.intents)
         .map_err(|_| UsageError("--intents: too many for this machine".into()))?;
     let mut tally = Tally::new(format!("lt-{run}-"), intents);
-    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Duration, Answer)>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Duration, Reply)>();
     let permits = Arc::new(Semaphore::new(args.concurrency));
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + args.duration_limit;
@@ -194,7 +194,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, UsageError> {
                         let sent = Instant::now();
                         let answer = match request {
                             Ok(request) => send(&client, request, timeout).await,
-                            Err(e) => Answer::Transport(e),
+                            Err(e) => Reply::Transport(e),
                         };
                         let _ = tx.send((i as usize, sent.elapsed(), answer));
                         drop(permit);

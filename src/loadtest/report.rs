@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// How one request ended, as seen from outside.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub enum Reply {
     /// A response: its status, whether it carried `Idempotent-Replayed: true`, and a
     /// hash of its body (kept for 2xx only).
     Response {
@@ -64,13 +64,13 @@ impl Tally {
         }
     }
 
-    pub fn record(&mut self, intent: usize, latency: Duration, answer: Answer) {
+    pub fn record(&mut self, intent: usize, latency: Duration, answer: Reply) {
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.latency_us.saturating_record(us.max(1));
         let seen = &mut self.intents[intent];
         seen.sent += 1;
         match answer {
-            Answer::Response {
+            Reply::Response {
                 status,
                 replayed,
                 body_hash,
@@ -93,8 +93,8 @@ impl Tally {
                     *self.errors.entry(status.to_string()).or_default() += 1;
                 }
             }
-            Answer::Timeout => *self.errors.entry("timeout".into()).or_default() += 1,
-            Answer::Transport(e) => {
+            Reply::Timeout => *self.errors.entry("timeout".into()).or_default() += 1,
+            Reply::Transport(e) => {
                 self.first_transport_error.get_or_insert(e);
                 *self.errors.entry("transport".into()).or_default() += 1;
             }
@@ -300,8 +300,8 @@ impl fmt::Display for Report {
 mod tests {
     use super::*;
 
-    fn ok(status: u16, replayed: bool, hash: u64) -> Answer {
-        Answer::Response {
+    fn ok(status: u16, replayed: bool, hash: u64) -> Reply {
+        Reply::Response {
             status,
             replayed,
             body_hash: Some(hash),
@@ -344,7 +344,7 @@ mod tests {
     fn errors_fail_the_run() {
         let mut t = Tally::new("k".into(), 1);
         t.record(0, Duration::from_millis(2), ok(502, false, 0));
-        t.record(0, Duration::from_millis(2), Answer::Timeout);
+        t.record(0, Duration::from_millis(2), Reply::Timeout);
         let report = t.finish(run(), Duration::from_secs(1), None);
         assert_eq!(report.errors, 2);
         assert_eq!(report.errors_by_kind["502"], 1);

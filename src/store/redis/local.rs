@@ -81,9 +81,9 @@ struct Shard {
 }
 
 /// What a reservation should do.
-// Not boxed, like `store::Reserve`: a `Lookup` lives for one `match` on the request path.
+// Not boxed, like `store::Reserve`: a `Coalesce` lives for one `match` on the request path.
 #[allow(clippy::large_enum_variant)]
-pub(super) enum Lookup {
+pub(super) enum Coalesce {
     /// Use this record as the existing one (no round trip), judged at this time of the
     /// store's clock (extrapolated on the monotonic clock from the last reading).
     Known((Record, u64)),
@@ -105,14 +105,14 @@ pub(super) struct Leader {
 }
 
 impl Local {
-    pub(super) fn lookup(&self, key: &StoreKey) -> Lookup {
+    pub(super) fn lookup(&self, key: &StoreKey) -> Coalesce {
         let shard = self.shard(key);
         let mut map = lock(&shard.map);
         match map.get_mut(key) {
-            Some(Entry::Reserving { changed: true, .. }) => return Lookup::Alone,
+            Some(Entry::Reserving { changed: true, .. }) => return Coalesce::Alone,
             Some(Entry::Reserving { outcome, .. }) => {
                 let tx = outcome.get_or_insert_with(|| watch::channel(None).0);
-                return Lookup::Follow(tx.subscribe());
+                return Coalesce::Follow(tx.subscribe());
             }
             Some(Entry::Owned {
                 record,
@@ -124,12 +124,12 @@ impl Local {
                 // store time at which the decision finds the lease live.
                 let left = lease_until.saturating_duration_since(Instant::now());
                 let now = record.expires_at_ms.saturating_sub(left.as_millis() as u64);
-                return Lookup::Known((Record::clone(record), now));
+                return Coalesce::Known((Record::clone(record), now));
             }
             Some(Entry::Completed { record, until }) if *until > Instant::now() => {
                 // A completed record is decided without the clock (replayed, or taken
                 // over by a new attempt whose lease the store stamps).
-                return Lookup::Known((Record::clone(record), 0));
+                return Coalesce::Known((Record::clone(record), 0));
             }
             _ => {}
         }
@@ -144,7 +144,7 @@ impl Local {
         map.insert(*key, reserving);
         drop(map);
         self.sweep(shard);
-        Lookup::Lead(Leader {
+        Coalesce::Lead(Leader {
             local: self.clone(),
             key: *key,
             id,
@@ -185,7 +185,7 @@ impl Local {
             // A takeover: a new attempt of ours, but duplicates ask Redis. Its record
             // mixes clocks: the first send is the store's (read with the attempt taken
             // over), the lease's end this proxy's estimate, so a time derived from the
-            // one (`Lookup::Known`) would misjudge the other (the key window) by this
+            // one (`Coalesce::Known`) would misjudge the other (the key window) by this
             // proxy's skew. Whatever this process held of the key is stale either way.
             map.remove(key);
         }
@@ -247,7 +247,7 @@ impl Leader {
     /// Redis granted the key to us: followers see our record as the existing one.
     pub(super) fn won(self, record: &Record) {
         let lease_until = lease_until(record);
-        // Our own estimate of the lease's end, as `Lookup::Known` answers it.
+        // Our own estimate of the lease's end, as `Coalesce::Known` answers it.
         let now = record
             .expires_at_ms
             .saturating_sub(record.stamp.map_or(0, |s| s.lease.as_millis() as u64));

@@ -41,7 +41,7 @@ use tokio::time::timeout;
 use self::command::{eval, millis, Encoded};
 use self::conn::{Conn, Link};
 use self::keys::Layout;
-use self::local::Lookup;
+use self::local::Coalesce;
 use self::scripts::Scripts;
 pub use self::subscriber::RedisEvents;
 use self::target::Target;
@@ -189,9 +189,9 @@ impl RedisStore {
             false => Reserve::Exists(existing, now),
         };
         match self.events.local.lookup(key) {
-            Lookup::Known(existing) => Ok(exists(existing)),
-            Lookup::Alone => self.reserve_in_redis(key, record, ttl).await,
-            Lookup::Follow(mut outcome) => {
+            Coalesce::Known(existing) => Ok(exists(existing)),
+            Coalesce::Alone => self.reserve_in_redis(key, record, ttl).await,
+            Coalesce::Follow(mut outcome) => {
                 // The leader's round trip is bounded (op_timeout, and as long again
                 // for WAIT). If it failed or was cancelled, go to Redis ourselves: one
                 // slow reply must not fail a whole storm of duplicates at once.
@@ -202,7 +202,7 @@ impl RedisStore {
                     _ => self.reserve_in_redis(key, record, ttl).await,
                 }
             }
-            Lookup::Lead(leader) => {
+            Coalesce::Lead(leader) => {
                 let result = self.reserve_in_redis(key, record, ttl).await;
                 match &result {
                     Ok(Reserve::Won) => leader.won(record),

@@ -19,7 +19,7 @@ fn completed(r: &Record) -> Record {
 
 fn lead(local: &Local) -> Leader {
     match local.lookup(&K) {
-        Lookup::Lead(l) => l,
+        Coalesce::Lead(l) => l,
         _ => panic!("expected to lead"),
     }
 }
@@ -28,14 +28,14 @@ fn lead(local: &Local) -> Leader {
 async fn followers_take_the_leaders_outcome_and_duplicates_then_know_the_owner() {
     let local = Local::default();
     let leader = lead(&local);
-    let Lookup::Follow(mut rx) = local.lookup(&K) else {
+    let Coalesce::Follow(mut rx) = local.lookup(&K) else {
         panic!("second arrival follows")
     };
     let mine = record();
     leader.won(&mine);
     let seen = rx.wait_for(Option::is_some).await.unwrap().clone();
     assert_eq!(seen.unwrap().unwrap().0, mine);
-    let Lookup::Known((owner, now)) = local.lookup(&K) else {
+    let Coalesce::Known((owner, now)) = local.lookup(&K) else {
         panic!("owned key known locally")
     };
     assert_eq!(owner, mine);
@@ -45,19 +45,22 @@ async fn followers_take_the_leaders_outcome_and_duplicates_then_know_the_owner()
     );
     // Completion with duplicates seen: kept for the stragglers.
     local.written(&K, &mine.token, &completed(&mine));
-    assert!(matches!(local.lookup(&K), Lookup::Known((r, _)) if r.is_completed()));
+    assert!(matches!(local.lookup(&K), Coalesce::Known((r, _)) if r.is_completed()));
 }
 
 #[tokio::test]
 async fn a_cancelled_leader_lets_followers_go_to_redis() {
     let local = Local::default();
     let leader = lead(&local);
-    let Lookup::Follow(mut rx) = local.lookup(&K) else {
+    let Coalesce::Follow(mut rx) = local.lookup(&K) else {
         panic!("follows")
     };
     drop(leader);
     assert!(rx.wait_for(Option::is_some).await.is_err());
-    assert!(matches!(local.lookup(&K), Lookup::Lead(_)), "entry removed");
+    assert!(
+        matches!(local.lookup(&K), Coalesce::Lead(_)),
+        "entry removed"
+    );
 }
 
 #[test]
@@ -81,7 +84,7 @@ fn an_owned_entry_past_its_lease_is_not_trusted() {
         sent: true,
     });
     lead(&local).won(&mine);
-    assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
+    assert!(matches!(local.lookup(&K), Coalesce::Lead(_)));
 }
 
 #[test]
@@ -93,9 +96,9 @@ fn someone_elses_in_progress_record_is_not_kept_but_forget_drops_completed() {
     let leader = lead(&local);
     let _follower = local.lookup(&K);
     leader.exists(&completed(&theirs), 0);
-    assert!(matches!(local.lookup(&K), Lookup::Known(_)));
+    assert!(matches!(local.lookup(&K), Coalesce::Known(_)));
     local.forget(&K);
-    assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
+    assert!(matches!(local.lookup(&K), Coalesce::Lead(_)));
 }
 
 /// The lost wake-up of the three-replica soak: a completion published while a
@@ -105,22 +108,22 @@ fn someone_elses_in_progress_record_is_not_kept_but_forget_drops_completed() {
 async fn after_an_event_about_the_key_later_arrivals_read_for_themselves() {
     let local = Local::default();
     let leader = lead(&local);
-    let Lookup::Follow(_early) = local.lookup(&K) else {
+    let Coalesce::Follow(_early) = local.lookup(&K) else {
         panic!("an arrival before the event follows")
     };
     local.changed(&K);
     assert!(
-        matches!(local.lookup(&K), Lookup::Alone),
+        matches!(local.lookup(&K), Coalesce::Alone),
         "an arrival after the event reads Redis itself"
     );
     // The leader still settles its entry for those who followed before the event.
     leader.exists(&record(), 0);
-    assert!(matches!(local.lookup(&K), Lookup::Lead(_)));
+    assert!(matches!(local.lookup(&K), Coalesce::Lead(_)));
 }
 
 /// A takeover's record carries the store's first send and this proxy's estimate of its
 /// lease's end: a duplicate answered from it would be judged at a time on the proxy's
-/// clock (`Lookup::Known`) and see the first send off by the proxy's skew (the key
+/// clock (`Coalesce::Known`) and see the first send off by the proxy's skew (the key
 /// window misjudged). Duplicates after a takeover ask Redis instead.
 #[test]
 fn after_a_takeover_duplicates_ask_redis() {
@@ -134,7 +137,7 @@ fn after_a_takeover_duplicates_ask_redis() {
     let ours = read.retried(Duration::from_secs(30));
     local.written(&K, &theirs.token, &ours);
     assert!(
-        matches!(local.lookup(&K), Lookup::Lead(_)),
+        matches!(local.lookup(&K), Coalesce::Lead(_)),
         "a duplicate after our takeover goes to Redis"
     );
 }
