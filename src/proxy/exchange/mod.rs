@@ -103,8 +103,9 @@ struct Unanswered {
 /// caller's state, and would keep its own copy of the request (measured: ~600 bytes more
 /// in every request's future, and ~650 instructions more per passthrough request).
 /// What a send did: the answer's head with the span still open for its body, or the
-/// span ended with why nothing answered.
-#[inline]
+/// span ended with why nothing answered. Always inlined: the answered arm moves the
+/// response head, which a call would copy out and back (measured: ~30 instructions).
+#[inline(always)]
 fn answered(
     span: UpstreamSpan,
     sent: Sent,

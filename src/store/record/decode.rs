@@ -87,8 +87,8 @@ fn decode_parts(bytes: &[u8], body_of: impl Fn(&[u8]) -> Bytes) -> Result<Record
         route: meta.route.into_owned(),
         scope: meta.scope.into_owned(),
         key: meta.key.into_owned(),
-        fingerprint: digest(&meta.fingerprint)?,
-        credentials: digest(&meta.credentials)?,
+        fingerprint: meta.fingerprint.0,
+        credentials: meta.credentials.0,
         attempt: meta.attempt,
         created_at_ms: meta.created_at_ms,
         expires_at_ms: meta.expires_at_ms,
@@ -128,10 +128,6 @@ fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), StoreErr
     };
     let value = value.map_err(|_| corrupt("bad header value"))?;
     Ok((name, value))
-}
-
-fn digest(hex: &str) -> Result<[u8; 32], StoreError> {
-    crate::fast_hex::decode(hex.as_bytes()).ok_or_else(|| corrupt("bad digest"))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// Everything but the state, the token and the body. Strings borrow from the record's
 /// bytes unless they hold escapes.
@@ -22,10 +22,8 @@ pub(super) struct Meta<'a> {
     pub scope: Cow<'a, str>,
     #[serde(borrow)]
     pub key: Cow<'a, str>,
-    #[serde(borrow)]
-    pub fingerprint: Cow<'a, str>,
-    #[serde(borrow)]
-    pub credentials: Cow<'a, str>,
+    pub fingerprint: Digest,
+    pub credentials: Digest,
     pub attempt: u32,
     pub created_at_ms: u64,
     pub expires_at_ms: u64,
@@ -55,6 +53,21 @@ pub(super) struct Meta<'a> {
     pub seal_format: Option<u8>,
 }
 
+/// A SHA-256 digest, stored as 64 hex digits: read as bytes straight from the line (no
+/// UTF-8 check of text that is then decoded anyway).
+#[derive(Debug, PartialEq)]
+pub(super) struct Digest(pub [u8; 32]);
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Digest, D::Error> {
+        let text = Cow::<str>::deserialize(d)?;
+        match crate::fast_hex::decode(text.as_bytes()) {
+            Some(bytes) => Ok(Digest(bytes)),
+            None => Err(serde::de::Error::custom("bad digest")),
+        }
+    }
+}
+
 impl<'a> Meta<'a> {
     pub(super) fn parse(line: &'a [u8]) -> Result<Meta<'a>, serde_json::Error> {
         match scan(line) {
@@ -74,9 +87,9 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
     c.lit(b",\"key\":")?;
     let key = c.string()?;
     c.lit(b",\"fingerprint\":")?;
-    let fingerprint = c.string()?;
+    let fingerprint = c.digest()?;
     c.lit(b",\"credentials\":")?;
-    let credentials = c.string()?;
+    let credentials = c.digest()?;
     c.lit(b",\"attempt\":")?;
     let attempt = u32::try_from(c.uint()?).ok()?;
     c.lit(b",\"created_at_ms\":")?;
@@ -137,8 +150,8 @@ fn scan(line: &[u8]) -> Option<Meta<'_>> {
         route: Cow::Borrowed(route),
         scope: Cow::Borrowed(scope),
         key: Cow::Borrowed(key),
-        fingerprint: Cow::Borrowed(fingerprint),
-        credentials: Cow::Borrowed(credentials),
+        fingerprint,
+        credentials,
         attempt,
         created_at_ms,
         expires_at_ms,
@@ -174,6 +187,15 @@ impl<'a> Cursor<'a> {
         let text = std::str::from_utf8(raw).ok()?;
         self.0 = &self.0[end + 1..];
         Some(text)
+    }
+
+    /// A quoted digest of 64 hex digits.
+    fn digest(&mut self) -> Option<Digest> {
+        self.lit(b"\"")?;
+        let hex = self.0.get(..64)?;
+        self.0 = &self.0[64..];
+        self.lit(b"\"")?;
+        crate::fast_hex::decode(hex).map(Digest)
     }
 
     /// A JSON non-negative integer: digits, no leading zero, fits in a `u64`.

@@ -50,19 +50,27 @@ pub(super) async fn eval<T: FromRedisValue>(
     carries: Option<&Record>,
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<T> {
-    let call = |verb: &str, body: &str| {
+    // One call site for the send, in a loop: the future holds one `query_async` state,
+    // not one per verb, and the common path stays inlined.
+    let mut by_hash = true;
+    loop {
+        let (verb, body) = match by_hash {
+            true => ("EVALSHA", &script.hash),
+            false => ("EVAL", &script.source),
+        };
         let mut cmd = command(verb, carries);
-        cmd.arg(body).arg(1).arg(store_key);
+        cmd.arg(body.as_str()).arg(1).arg(store_key);
         args(&mut cmd);
-        cmd
-    };
-    match call("EVALSHA", &script.hash).query_async(link).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            call("EVAL", &script.source).query_async(link).await
+        match cmd.query_async(link).await {
+            Err(e) if by_hash && e.kind() == redis::ErrorKind::Server(NO_SCRIPT) => {
+                by_hash = false;
+            }
+            other => return other,
         }
-        other => other,
     }
 }
+
+const NO_SCRIPT: redis::ServerErrorKind = redis::ServerErrorKind::NoScript;
 
 /// Milliseconds for `PX`/`WAIT`: Redis rejects `PX 0`, and a sub-millisecond TTL
 /// rounds up rather than to "no expiry".

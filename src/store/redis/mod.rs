@@ -243,11 +243,28 @@ impl RedisStore {
                 return Ok(Reserve::Exists(existing, now));
             }
         }
-        if let Err(e) = self.wait_for_replicas(&mut link, &store_key).await {
-            let _ = self.release_if_owner(key, &record.token).await;
-            return Err(e);
+        if self.wait_replicas > 0 {
+            // Boxed: only with `wait_replicas`; its futures (WAIT under a timer, and the
+            // release's script) stay out of every reservation's state otherwise.
+            Box::pin(self.replicate_reservation(&mut link, &store_key, key, &record.token)).await?;
         }
         Ok(Reserve::Won)
+    }
+
+    /// Waits for `wait_replicas` acks of a reservation just written; without them the
+    /// reservation is released (a failover now could lose it) and the error returned.
+    async fn replicate_reservation(
+        &self,
+        link: &mut Link,
+        store_key: &[u8],
+        key: &StoreKey,
+        token: &Token,
+    ) -> Result<(), StoreError> {
+        if let Err(e) = self.wait_for_replicas(link, store_key).await {
+            let _ = self.release_if_owner(key, token).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Overwrites the record while it carries `owner`'s token. Every write but a lease
@@ -470,8 +487,6 @@ impl RedisStore {
     }
 }
 
-/// The reservation script's reply: the server's time, and the existing record if the
-/// key was taken.
 /// The reservation script's reply (`scripts.rs` `RESERVE`): the store's clock, and the
 /// existing record if there is one (a completed record comes alone: its clock is 0).
 fn reserved(reply: Value) -> Result<(u64, Option<Vec<u8>>), StoreError> {
