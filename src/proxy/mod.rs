@@ -80,11 +80,21 @@ pub struct Worker {
 
 /// The proxy service of one worker: cheap to clone, one per connection. Built by
 /// [`Control::worker_proxy`].
-#[derive(Clone)]
 pub struct Proxy {
     /// The worker, as the context of a request without spans: what an unmatched
     /// request is forwarded with, so the passthrough path builds no context of its own.
     plain: RequestContext,
+}
+
+impl Clone for Proxy {
+    /// The service is cloned per request: the worker's `Arc` and no spans, spelled out
+    /// so it inlines (a derived clone of the context goes through its optional trace).
+    #[inline]
+    fn clone(&self) -> Proxy {
+        Proxy {
+            plain: RequestContext::new(self.plain.worker.clone(), None),
+        }
+    }
 }
 
 impl Proxy {

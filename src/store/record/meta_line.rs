@@ -198,15 +198,22 @@ impl<'a> Cursor<'a> {
         crate::fast_hex::decode(hex).map(Digest)
     }
 
-    /// A JSON non-negative integer: digits, no leading zero, fits in a `u64`.
+    /// A JSON non-negative integer: digits, no leading zero, fits in a `u64`. One pass
+    /// over the digits (every replay reads five of these).
     fn uint(&mut self) -> Option<u64> {
-        let digits = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
+        let mut value: u64 = 0;
+        let mut digits = 0;
+        for &b in self.0 {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(d))?;
+            digits += 1;
+        }
         if digits == 0 || (digits > 1 && self.0[0] == b'0') {
             return None;
         }
-        let value = self.0[..digits].iter().try_fold(0u64, |n, &d| {
-            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })?;
         self.0 = &self.0[digits..];
         Some(value)
     }
