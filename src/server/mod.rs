@@ -3,6 +3,7 @@
 //! ([`prefixed`]) and graceful drain.
 
 mod accept;
+mod drain;
 mod prefixed;
 
 pub(crate) use accept::accept_error;
@@ -16,9 +17,10 @@ use std::sync::Arc;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
+use drain::Drain;
 use prefixed::is_h2_preface;
 
 use crate::config::ServerConfig;
@@ -62,7 +64,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> bool {
     let builders = Arc::new(Builders::new(&cfg));
-    let graceful = GracefulShutdown::new();
+    // The connections' tasks (the drain waits for them) and their drain signal.
+    let connections = TaskTracker::new();
+    let drain = Drain::default();
     let (draining, _) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -83,17 +87,17 @@ pub async fn serve(
             async move { Ok::<_, Infallible>(proxy.handle(req, Some(remote)).await) }
         });
         let builders = builders.clone();
-        let watcher = graceful.watcher();
-        let mut drain = draining.subscribe();
+        let drain = drain.clone();
+        let mut draining_now = draining.subscribe();
         let header_read_timeout = cfg.header_read_timeout;
-        tokio::spawn(async move {
+        connections.spawn(async move {
             // The first bytes are read here, bounded by `header_read_timeout`: the
             // HTTP/1-or-2 detection of hyper-util's auto builder has no timeout of its
             // own, so a client that connects and sends nothing would hold its
             // connection (and a `max_connections` slot) forever.
             let first = tokio::select! {
                 first = first_bytes(&mut stream, header_read_timeout) => first,
-                _ = drain.wait_for(|d| *d) => None,
+                _ = draining_now.wait_for(|d| *d) => None,
             };
             let Some(first) = first else {
                 tracing::debug!(%remote, "no request bytes within header_read_timeout; closed");
@@ -103,13 +107,11 @@ pub async fn serve(
             let h2 = is_h2_preface(&first);
             let io = TokioIo::new(Prefixed::new(first, stream));
             let served = if h2 {
-                watcher
-                    .watch(builders.http2.serve_connection(io, service))
-                    .await
+                let conn = builders.http2.serve_connection(io, service);
+                drain.watch(conn, |c| c.graceful_shutdown()).await
             } else {
-                watcher
-                    .watch(builders.http1.serve_connection(io, service))
-                    .await
+                let conn = builders.http1.serve_connection(io, service);
+                drain.watch(conn, |c| c.graceful_shutdown()).await
             };
             if let Err(e) = served {
                 tracing::debug!(error = %e, %remote, "connection ended with an error");
@@ -120,9 +122,11 @@ pub async fn serve(
     }
     drop(incoming);
     let _ = draining.send(true);
+    drain.start();
+    connections.close();
     tracing::info!(grace = ?cfg.shutdown_grace, "draining");
     let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
-    let connections = tokio::time::timeout_at(deadline, graceful.shutdown())
+    let connections = tokio::time::timeout_at(deadline, connections.wait())
         .await
         .is_ok();
     proxy.tasks().close();
