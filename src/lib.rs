@@ -17,8 +17,7 @@
 //!   worker clones.
 //! - [`proxy`]: the request pipeline — `proxy/mod.rs` reads top to bottom; the duplicate's
 //!   decision (on the record's [`store::Phase`]) and the outcome classes are pure
-//!   functions in `proxy/decide.rs`; the
-//!   protected flow is `proxy/idempotency/` (unknown outcomes in `unknown.rs`); every
+//!   functions in `proxy/decide.rs`; the protected flow is `proxy/idempotency/` (unknown outcomes in `unknown.rs`); every
 //!   upstream call is one exchange, `proxy/exchange/` (with an answer extractor for plain
 //!   HTTP and MCP); `proxy/outbound.rs` streams the answer and holds only its end;
 //!   `proxy/context.rs` carries a request's spans and store timings;

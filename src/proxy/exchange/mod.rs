@@ -102,6 +102,7 @@ struct Unanswered {
 /// did. Not one `async fn`: a helper future would be built and then moved into its
 /// caller's state, and would keep its own copy of the request (measured: ~600 bytes more
 /// in every request's future, and ~650 instructions more per passthrough request).
+///
 /// What a send did: the answer's head with the span still open for its body, or the
 /// span ended with why nothing answered. Always inlined: the answered arm moves the
 /// response head, which a call would copy out and back (measured: ~30 instructions).
@@ -196,7 +197,11 @@ pub async fn pump<A: Answer>(
                 }
                 let frame = match A::RELAYS {
                     true => match frame.into_data() {
-                        Ok(data) => Frame::data(answer.relay(data)),
+                        // Nothing to pass on yet (an event still being gathered).
+                        Ok(data) => match answer.relay(data) {
+                            relayed if relayed.is_empty() => continue,
+                            relayed => Frame::data(relayed),
+                        },
                         Err(trailers) => trailers,
                     },
                     false => frame,

@@ -60,7 +60,8 @@ pub(super) struct Digest(pub [u8; 32]);
 
 impl<'de> Deserialize<'de> for Digest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Digest, D::Error> {
-        let text = Cow::<str>::deserialize(d)?;
+        // Only lines the scan leaves to serde come here (an escaped digest, say).
+        let text = String::deserialize(d)?;
         match crate::fast_hex::decode(text.as_bytes()) {
             Some(bytes) => Ok(Digest(bytes)),
             None => Err(serde::de::Error::custom("bad digest")),

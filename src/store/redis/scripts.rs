@@ -67,8 +67,7 @@ impl Scripts {
 
 /// The server's clock as unix ms (`now()`, read with `TIME` once per script and only
 /// when needed: a replay or a completion never asks, which saves Redis a command per
-/// call), and `stamp(record, lease, sent)`: the record
-/// with `expires_at_ms` set to `now + lease` (unless `lease` is `""`) and, when `sent` is
+/// call), and `stamp(record, lease, sent)`: the record with `expires_at_ms` set to `now + lease` (unless `lease` is `""`) and, when `sent` is
 /// `"1"`, `sent_at_ms` set to `now`; `keep_sent(record, current)`: the record with the
 /// `sent_at_ms` of the stored `current` (a write that is not a first send keeps the
 /// store's, not the writer's estimate). The fields are looked for in the metadata line
