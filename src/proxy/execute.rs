@@ -75,6 +75,18 @@ pub struct Started {
     tasks: TaskTracker,
 }
 
+impl Started {
+    /// The call goes on in a task of its own (`tasks`: the shutdown waits for it).
+    fn detach(&mut self) {
+        if let Some(call) = self.call.take() {
+            // A drop outside any runtime is the process exiting: nothing left to run it.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                self.tasks.spawn_on(call, &runtime);
+            }
+        }
+    }
+}
+
 impl Future for Started {
     type Output = Result<Response<ProxyBody>, oneshot::error::RecvError>;
 
@@ -84,21 +96,18 @@ impl Future for Started {
                 self.call = None;
             }
         }
-        Pin::new(&mut self.answer).poll(cx)
+        let answer = std::task::ready!(Pin::new(&mut self.answer).poll(cx));
+        // The caller has its answer; whatever the call still does (the body's frames,
+        // the record), it does on its own, not at the pace of the caller's reading.
+        self.detach();
+        Poll::Ready(answer)
     }
 }
 
 impl Drop for Started {
-    /// Dropped once the caller has its answer, or when the caller went away before it:
-    /// whatever the call still does (the body's frames, the record) it does in a task
-    /// of its own, never at the pace of the caller's reading, nor cancelled with it.
+    /// The caller went away before its answer: the call carries on without it.
     fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            // A drop outside any runtime is the process exiting: nothing left to run it.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                self.tasks.spawn_on(call, &runtime);
-            }
-        }
+        self.detach();
     }
 }
 
