@@ -312,7 +312,7 @@ impl<'a> Flow<'a> {
         }
     }
 
-    /// We own the key: forward once, with the key passed on, detached from the caller.
+    /// We own the key: forward once, with the key passed on, in a detached task.
     async fn forward(self, intent: &Intent, record: Record) -> Handled {
         let policy = &self.policy;
         let upstream_key = key::upstream_key(&intent.key, record.attempt);
@@ -337,7 +337,7 @@ impl<'a> Flow<'a> {
             ticket: self.ticket,
         };
         let started = Instant::now();
-        let response = match execute::start(self.cx.clone(), call).await {
+        let response = match execute::spawn(self.cx.clone(), call).await {
             Ok(response) => response,
             Err(_) => self.format.respond(problem::upstream_unavailable()),
         };
