@@ -86,8 +86,8 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         }
     };
     let times = (policy.lease, policy.retention);
-    let holder = LeaseHolder::new(cx.clone(), key, record, times, waiters);
-    let (holder, ended) = renewing(holder, std::pin::Pin::new(&mut work)).await;
+    let mut holder = LeaseHolder::new(cx.clone(), key, record, times, waiters);
+    let ended = renewing(&mut holder, std::pin::Pin::new(&mut work)).await;
     drop(work);
     let took = started.elapsed().as_secs_f64();
     worker

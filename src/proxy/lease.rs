@@ -206,21 +206,18 @@ impl LeaseHolder {
     }
 }
 
-/// Run `work` while renewing the lease every `lease/3`; return the holder and the output.
+/// Run `work` while renewing the lease every `lease/3`; return its output.
 ///
-/// `work` is pinned by the caller and borrowed: taking it by value would store the
-/// (large) exchange future twice in this future's state, and copy it on every call.
-pub async fn renewing<F: Future>(
-    mut holder: LeaseHolder,
-    mut work: Pin<&mut F>,
-) -> (LeaseHolder, F::Output) {
+/// `work` is pinned by the caller and the holder borrowed: taken by value, each would be
+/// copied into this future's state and the holder copied out again with the output.
+pub async fn renewing<F: Future>(holder: &mut LeaseHolder, mut work: Pin<&mut F>) -> F::Output {
     let period = (holder.lease / 3).max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut backoff = RENEW_RETRY_FIRST;
     loop {
         tokio::select! {
-            output = work.as_mut() => return (holder, output),
+            output = work.as_mut() => return output,
             _ = ticker.tick(), if holder.owned => {
                 if holder.renew().await {
                     backoff = RENEW_RETRY_FIRST;
