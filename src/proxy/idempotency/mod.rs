@@ -209,7 +209,7 @@ impl<'a> Flow<'a> {
                     }
                     return Box::pin(self.store_failed(e)).await;
                 }
-                Ok(Reserve::Won) => return self.forward(&intent, mine).await,
+                Ok(Reserve::Won) => return self.forward(&intent, mine).answered().await,
                 Ok(Reserve::Exists(existing, store_now)) => (existing, store_now),
             };
             // The lease is judged on the store's clock, read with the record.
@@ -238,7 +238,7 @@ impl<'a> Flow<'a> {
                 }
             }
             match decision {
-                Decision::Won => return self.forward(&intent, mine).await,
+                Decision::Won => return self.forward(&intent, mine).answered().await,
                 Decision::Replay { stored, body } => {
                     let reconciled = existing.settled == Some(Settled::Reconciled);
                     return self.replay(stored, body, reconciled);
@@ -255,7 +255,7 @@ impl<'a> Flow<'a> {
                         false,
                     );
                     match self.timed(StoreOp::Takeover, taken).await {
-                        Ok(true) => return self.forward(&intent, next).await,
+                        Ok(true) => return self.forward(&intent, next).answered().await,
                         // Another duplicate took it over first: look again.
                         Ok(false) => continue,
                         Err(e) => return Box::pin(self.store_failed(e)).await,
@@ -276,7 +276,9 @@ impl<'a> Flow<'a> {
                         _ => Box::pin(self.reconcile(&intent, &existing)).await,
                     };
                     match settling {
-                        Settling::Forward(record) => return self.forward(&intent, record).await,
+                        Settling::Forward(record) => {
+                            return self.forward(&intent, record).answered().await
+                        }
                         // Settled from the upstream's records: back through the
                         // decision's answer of a completed record.
                         Settling::Replay(record) => {
@@ -313,7 +315,11 @@ impl<'a> Flow<'a> {
     }
 
     /// We own the key: forward once, with the key passed on, in a detached task.
-    async fn forward(self, intent: &Intent, record: Record) -> Handled {
+    ///
+    /// Not `async`: the flow is consumed here, and only what the answer needs waits
+    /// for it ([`Forwarded`]); an `async fn` would copy the whole flow and the record
+    /// into its future first.
+    fn forward(self, intent: &Intent, record: Record) -> Forwarded {
         let policy = &self.policy;
         let upstream_key = key::upstream_key(&intent.key, record.attempt);
         let key_value = key::forward_key_value(&upstream_key, policy.forward_key_format);
@@ -336,13 +342,33 @@ impl<'a> Flow<'a> {
             request,
             ticket: self.ticket,
         };
-        let started = Instant::now();
-        let response = match execute::spawn(self.cx.clone(), call).await {
+        Forwarded {
+            started: Instant::now(),
+            answer: execute::spawn(self.cx.clone(), call),
+            format: self.format,
+            key: self.key,
+            store_time: self.store_time,
+        }
+    }
+}
+
+/// A call sent on its way, and what its caller's answer needs.
+struct Forwarded {
+    answer: tokio::sync::oneshot::Receiver<http::Response<super::body::ProxyBody>>,
+    format: ProblemFormat,
+    key: Option<StoreKey>,
+    store_time: Duration,
+    started: Instant,
+}
+
+impl Forwarded {
+    async fn answered(self) -> Handled {
+        let response = match self.answer.await {
             Ok(response) => response,
             Err(_) => self.format.respond(problem::upstream_unavailable()),
         };
         Handled::answered(response, Outcome::Forwarded)
             .keyed(self.key, self.store_time)
-            .upstream_since(started)
+            .upstream_since(self.started)
     }
 }
