@@ -52,15 +52,19 @@ mod tests {
         let end = r.expires_at_ms;
         assert_eq!(r.phase(end - 1), Phase::InFlight);
         assert_eq!(r.phase(end), Phase::Unknown);
-        assert_eq!(r.not_executed().phase(0), Phase::NotExecuted);
+        // Settled as not executed whether or not its (zero) lease has ended: the
+        // settlement is read before the lease.
+        let settled = r.not_executed();
+        assert_eq!(settled.phase(0), Phase::NotExecuted);
+        assert_eq!(settled.phase(settled.expires_at_ms), Phase::NotExecuted);
+        assert_eq!(settled.phase(u64::MAX), Phase::NotExecuted);
         let response = StoredResponse {
             status: 200,
             headers: vec![],
             body: None,
         };
-        assert_eq!(
-            r.completed(response, Duration::ZERO).phase(end),
-            Phase::Completed
-        );
+        let completed = r.completed(response, Duration::ZERO);
+        assert_eq!(completed.phase(end), Phase::Completed);
+        assert_eq!(completed.phase(u64::MAX), Phase::Completed);
     }
 }
