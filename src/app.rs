@@ -10,7 +10,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
-use crate::config::{Config, StoreConfig};
+use crate::config::{Config, StoreBackend, StoreConfig};
 use crate::proxy::Control;
 use crate::store::{Sealing, SharedStore};
 use crate::{traces, workers};
@@ -67,6 +67,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         draining: Default::default(),
         store_timeout: readiness_timeout(&config.store),
         header_read_timeout: config.server.header_read_timeout,
+        eviction: match &config.store.backend {
+            StoreBackend::Redis(redis) => admin::EvictionCheck::redis(redis.allow_eviction),
+            _ => admin::EvictionCheck::none(),
+        },
     });
     // The admin listener outlives the drain, so probes see "draining" (not a refused
     // connection) and metrics stay scrapeable until the end.

@@ -48,6 +48,8 @@ pub mod canonical;
 pub mod cli;
 pub mod config;
 pub mod demo;
+#[cfg(debug_assertions)]
+pub mod failpoints;
 pub mod fast_hex;
 pub mod key;
 pub mod loadtest;

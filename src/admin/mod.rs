@@ -24,6 +24,7 @@
 mod bulk;
 mod console;
 mod counting;
+mod eviction;
 mod guard;
 mod keys;
 mod records;
@@ -31,6 +32,7 @@ mod reply;
 mod resolve;
 mod unknown;
 
+pub use self::eviction::EvictionCheck;
 pub use self::guard::Guard;
 
 use std::convert::Infallible;
@@ -72,6 +74,8 @@ pub struct Admin {
     pub store_timeout: Duration,
     /// How long a connection may take to send a request head (`server.header_read_timeout`).
     pub header_read_timeout: Duration,
+    /// Whether the store may evict records (a Redis not on `noeviction`).
+    pub eviction: EvictionCheck,
 }
 
 /// Serve the admin API until `shutdown` resolves; meanwhile count unknown outcomes
@@ -82,6 +86,8 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
     metrics.declare_routes(routes.iter().map(|r| r.name.as_str()));
     let counting = counting::keep_counting(admin.clone(), counting::COUNT_EVERY);
     let _counting = AbortOnDrop(tokio::spawn(counting));
+    let checking = eviction::keep_checking(admin.clone(), eviction::CHECK_EVERY);
+    let _checking = AbortOnDrop(tokio::spawn(checking));
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
@@ -170,6 +176,9 @@ async fn route(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Admin
 async fn ready(admin: &Admin) -> AdminResponse {
     if admin.draining.load(Ordering::Relaxed) {
         return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+    }
+    if let Some(why) = admin.eviction.refusal() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
     }
     // Ready when every worker's store connection answers: a worker whose connection is
     // still recovering would refuse its requests. A failed PING makes that connection

@@ -75,6 +75,7 @@ impl Default for RedisConfig {
             key_prefix: "idem:".to_string(),
             op_timeout: Duration::from_millis(250),
             wait_replicas: 0,
+            allow_eviction: false,
             tls_ca_file: None,
         }
     }
@@ -143,7 +144,7 @@ impl RoutePolicy {
             wait_timeout: WAIT_TIMEOUT,
             on_failure: OnFailure::Replay,
             on_ambiguous: OnAmbiguous::Hold,
-            on_unknown: OnUnknown::Retry,
+            on_unknown: OnUnknown::default_for(None),
             upstream_key_window: None,
             reconcile: None,
             breaker: None,

@@ -204,6 +204,10 @@ pub struct RedisConfig {
     pub key_prefix: String,
     pub op_timeout: Duration,
     pub wait_replicas: u32,
+    /// Serve even when a Redis master may evict keys (`maxmemory-policy` other than
+    /// `noeviction`): an evicted record in flight lets its call run twice, so idem is not
+    /// ready on such a Redis unless this is set (SPEC §1 "What the code enforces").
+    pub allow_eviction: bool,
     /// PEM file of CAs trusted for `rediss://` instead of the system store (`tls.ca_file`).
     pub tls_ca_file: Option<std::path::PathBuf>,
 }
@@ -283,10 +287,12 @@ pub struct RoutePolicy {
     pub wait_timeout: Duration,
     pub on_failure: OnFailure,
     pub on_ambiguous: OnAmbiguous,
-    /// What a repeat of an attempt whose outcome is unknown (its lease ended) gets.
+    /// What a repeat of an attempt whose outcome is unknown (its lease ended) gets:
+    /// unset, `retry` when the route declares `upstream_key_window` and `hold` when it
+    /// does not ([`OnUnknown::default_for`]).
     pub on_unknown: OnUnknown,
-    /// How long the upstream deduplicates a forwarded key; `None`: as long as idem
-    /// keeps the record. `on_unknown: retry` forwards again only within it.
+    /// How long the upstream deduplicates a forwarded key; `None`: nothing says it
+    /// does, so `on_unknown: retry` is refused. `retry` forwards again only within it.
     pub upstream_key_window: Option<Duration>,
     /// The lookup of `on_unknown: reconcile` (always set with it, checked at load).
     pub reconcile: Option<Arc<Reconcile>>,
@@ -414,6 +420,18 @@ pub enum OnUnknown {
     Reconcile,
     /// 409 `outcome_unknown` until an operator resolves it.
     Hold,
+}
+
+impl OnUnknown {
+    /// The default (SPEC §1 "What the code enforces"): forwarding an unknown outcome
+    /// again is safe only while the provider still deduplicates its key, so `retry`
+    /// only when the route says how long that is, and `hold` otherwise.
+    pub fn default_for(upstream_key_window: Option<Duration>) -> OnUnknown {
+        match upstream_key_window {
+            Some(_) => OnUnknown::Retry,
+            None => OnUnknown::Hold,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]

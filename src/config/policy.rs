@@ -209,10 +209,13 @@ impl PolicyFields {
         put(&mut route.wait_timeout, &self.wait_timeout);
         put(&mut route.on_failure, &self.on_failure);
         put(&mut route.on_ambiguous, &self.on_ambiguous);
-        put(&mut route.on_unknown, &self.on_unknown);
         if let Some(window) = &self.upstream_key_window {
             route.upstream_key_window = Some(window.value);
         }
+        route.on_unknown = match &self.on_unknown {
+            Some(at) => at.value,
+            None => OnUnknown::default_for(route.upstream_key_window),
+        };
         if let Some(reconcile) = &self.reconcile {
             route.reconcile = Some(reconcile.value.clone());
         }

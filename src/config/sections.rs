@@ -370,6 +370,10 @@ fn redis(w: &mut Walker<'_>, node: &Node, in_use: bool) -> RedisConfig {
         &mut cfg.wait_replicas,
         w.count(&f, "wait_replicas").map(|a| a.value),
     );
+    set(
+        &mut cfg.allow_eviction,
+        w.flag(&f, "allow_eviction").map(|a| a.value),
+    );
     if let Some(tls) = f.get("tls") {
         let t = w.fields(tls, "store.redis.tls");
         if let Some(ca) = w.string(&t, "ca_file").filter(|a| !a.value.is_empty()) {

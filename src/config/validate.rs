@@ -138,6 +138,16 @@ fn check_unknown(w: &mut Walker<'_>, route: &str, fields: &PolicyFields) {
         w.error(window.pos, &window.path, message);
     }
     let on_unknown = fields.on_unknown.as_ref();
+    if let Some(at) = on_unknown.filter(|a| a.value == OnUnknown::Retry) {
+        if fields.upstream_key_window.is_none() {
+            let message = format!(
+                "on_unknown: retry in route {route:?} needs upstream_key_window: how long the \
+                 upstream deduplicates the forwarded key (Stripe: 24h). Without it nothing says \
+                 a second send is safe; declare the window, or use hold (the default) or reconcile"
+            );
+            w.error(at.pos, &at.path, message);
+        }
+    }
     if on_unknown.is_some_and(|a| a.value == OnUnknown::Reconcile) && fields.reconcile.is_none() {
         let at = on_unknown.expect("checked above");
         let message = format!(

@@ -11,12 +11,14 @@
 
 mod breaker;
 mod exposition;
+mod guards;
 mod latency;
 mod records;
 mod unknown;
 
 pub use breaker::{BreakerMetrics, RouteBreakerMetrics};
 pub use exposition::Exposition;
+pub use guards::GuardMetrics;
 pub use latency::Latency;
 pub use records::{RecordCounts, RecordMetrics};
 pub use unknown::{Reconciliation, Resolution, UnknownMetrics};
@@ -119,6 +121,7 @@ pub struct Metrics {
     pub unknown: UnknownMetrics,
     pub breakers: BreakerMetrics,
     pub records: RecordMetrics,
+    pub guards: GuardMetrics,
     /// Each operation's histogram, looked up in `store_duration` on first use: a family
     /// lookup takes the family's lock, hashes the labels and clones the handle, on a
     /// cache line every worker thread shares.
@@ -226,11 +229,13 @@ impl Metrics {
         let unknown = UnknownMetrics::register(&mut registry);
         let breakers = BreakerMetrics::register(&mut registry);
         let records = RecordMetrics::register(&mut registry);
+        let guards = GuardMetrics::register(&mut registry);
         Metrics {
             requests,
             unknown,
             breakers,
             records,
+            guards,
             upstream_duration,
             store_duration,
             inflight,

@@ -43,6 +43,17 @@ impl RequestContext {
         op: StoreOp,
         round_trip: impl Future<Output = T>,
     ) -> (T, Duration) {
+        let (out, _, took) = self.store_op_from(op, round_trip).await;
+        (out, took)
+    }
+
+    /// As [`RequestContext::store_op`], with when the round trip was asked for: a lease
+    /// the store grants is counted from then on this process's clock (`upstream/gate.rs`).
+    pub async fn store_op_from<T>(
+        &self,
+        op: StoreOp,
+        round_trip: impl Future<Output = T>,
+    ) -> (T, Instant, Duration) {
         // Boxed: the span is large, and the future holding it is moved with every
         // request's future even when traces are off.
         let span = self.trace().and_then(|t| t.store_op(op)).map(Box::new);
@@ -53,6 +64,6 @@ impl RequestContext {
             opentelemetry::trace::Span::end(&mut *span);
         }
         self.worker.metrics.store_op(op, took, self.exemplar());
-        (out, took)
+        (out, started, took)
     }
 }

@@ -176,6 +176,9 @@ pub enum Exchanged {
     Ambiguous,
     /// A complete answer with this status.
     Answered(u16),
+    /// Not sent: the owner's lease ended or was lost before the request was written
+    /// (the send guard, `upstream/gate.rs`). Nothing happened upstream.
+    Withheld,
     /// A complete answer that is not the call's outcome: on an MCP route an HTTP error
     /// (an unknown session, a malformed request), a non-final result such as
     /// `input_required`, or no response for the call's id.
@@ -197,7 +200,7 @@ pub enum Settle {
 /// The outcome classes of SPEC §1: what a finished exchange does to the reservation.
 pub fn settle(exchanged: Exchanged, policy: &RoutePolicy) -> Settle {
     match exchanged {
-        Exchanged::NotSent | Exchanged::NotFinal => Settle::Release,
+        Exchanged::NotSent | Exchanged::NotFinal | Exchanged::Withheld => Settle::Release,
         Exchanged::Ambiguous => match policy.on_ambiguous {
             OnAmbiguous::Hold => Settle::Hold,
             OnAmbiguous::Release => Settle::Release,

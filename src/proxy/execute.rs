@@ -38,6 +38,9 @@ pub struct Call {
     pub key: StoreKey,
     /// Our in-progress record; its token proves ownership.
     pub record: Record,
+    /// When the store write that granted the lease was asked for (the send guard counts
+    /// the lease from there).
+    pub asked: Instant,
     pub request: Request<UpstreamBody>,
     /// The route's breaker hears whether the upstream answered (`breaker:`).
     pub ticket: Option<Ticket>,
@@ -61,6 +64,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         mcp,
         key,
         record,
+        asked,
         request,
         ticket,
     } = call;
@@ -69,24 +73,25 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
     let started = Instant::now();
     let waiters = policy.on_concurrent == OnConcurrent::Wait;
     let out = Outbound::new(reply, worker.upstream.timeout);
+    let times = (policy.lease, policy.retention);
+    let mut holder = LeaseHolder::new(cx.clone(), key, record, times, waiters, asked);
+    let gate = holder.gate().clone();
     // Boxed: the exchange is the largest part of the call, and inline it would be
     // copied with the whole call future on its way into the task (see `spawn`).
     let mut work = match mcp.as_deref() {
         Some(call) => {
             let answer = McpAnswer::new(call, &policy);
             futures_util::future::Either::Left(Box::pin(exchange::execute(
-                &cx, request, answer, out,
+                &cx, request, answer, out, gate,
             )))
         }
         None => {
             let answer = StatusAnswer::new(&policy);
             futures_util::future::Either::Right(Box::pin(exchange::execute(
-                &cx, request, answer, out,
+                &cx, request, answer, out, gate,
             )))
         }
     };
-    let times = (policy.lease, policy.retention);
-    let mut holder = LeaseHolder::new(cx.clone(), key, record, times, waiters);
     let ended = renewing(&mut holder, std::pin::Pin::new(&mut work)).await;
     drop(work);
     let took = started.elapsed().as_secs_f64();
@@ -105,6 +110,8 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
         match exchanged {
             Exchanged::Answered(_) | Exchanged::NotFinal => ticket.answered(),
             Exchanged::NotSent | Exchanged::Ambiguous => ticket.unanswered(),
+            // Nothing was asked of the upstream: the breaker learns nothing.
+            Exchanged::Withheld => drop(ticket),
         }
     }
     let settled = settle(exchanged, &policy);
@@ -116,6 +123,12 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
     }
     match exchanged {
         Exchanged::Answered(_) | Exchanged::NotFinal => out.finish().await,
+        Exchanged::Withheld => {
+            tracing::warn!(key = %key, %reason, "call not sent: the lease ended first");
+            worker.metrics.guards.sends_withheld.inc();
+            out.fail(format.respond(problem::lease_lost()), reason)
+                .await;
+        }
         Exchanged::NotSent => {
             worker.metrics.upstream_failure(UpstreamFailure::NotSent);
             let p = problem::upstream_unavailable();

@@ -2,6 +2,10 @@
 //! owner-checked completion or release at the end. A holder whose lease was taken over
 //! (it was frozen or too slow) stops renewing and its completion is refused by the
 //! store, so it can never overwrite its successor's record.
+//!
+//! The holder keeps the call's [`SendGate`]: each acknowledged renewal moves the lease's
+//! end on this process's monotonic clock, and a renewal that finds the lease lost closes
+//! it, so a request not yet written is never sent (SPEC §1 "What the code enforces").
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +16,7 @@ use super::context::RequestContext;
 use super::Worker;
 use crate::key::StoreKey;
 use crate::store::{Record, StoredResponse, Token};
+use crate::upstream::SendGate;
 use crate::vocabulary::StoreOp;
 
 pub struct LeaseHolder {
@@ -30,8 +35,8 @@ pub struct LeaseHolder {
     history: bool,
     /// When the lease ends at the latest, on this process's monotonic clock: measured
     /// from before the write that set it, so it errs early against the store's clock,
-    /// which is the one that judges it. Only for `Retry-After`.
-    lease_until: Instant,
+    /// which is the one that judges it. The exchange asks it before sending.
+    gate: SendGate,
     /// Wake waiting duplicates (every replica) on completion. Only routes with
     /// `on_concurrent: wait` have waiters; for the others the notification (a Redis
     /// `PUBLISH` fanned out to every replica's subscription) would be pure overhead.
@@ -45,6 +50,7 @@ impl LeaseHolder {
         record: Record,
         (lease, retention): (Duration, Duration),
         notify: bool,
+        asked: Instant,
     ) -> Self {
         LeaseHolder {
             history: record.has_history(),
@@ -54,14 +60,19 @@ impl LeaseHolder {
             lease,
             retention,
             owned: true,
-            lease_until: Instant::now() + lease,
+            gate: SendGate::new(asked, lease),
             notify,
         }
     }
 
+    /// The call's send guard, for the exchange.
+    pub fn gate(&self) -> &SendGate {
+        &self.gate
+    }
+
     /// Seconds until the current lease ends (at least 1).
     pub fn remaining_secs(&self) -> u64 {
-        let left = self.lease_until.saturating_duration_since(Instant::now());
+        let left = self.gate.until().saturating_duration_since(Instant::now());
         left.as_millis().div_ceil(1000).max(1) as u64
     }
 
@@ -69,20 +80,29 @@ impl LeaseHolder {
     async fn renew(&mut self) -> bool {
         let record = self.record.renewed(self.lease);
         let sent = Instant::now();
+        // Tests stop an owner here: a renewal asked for, not yet acknowledged.
+        crate::pause!("owner_renewing");
         let store = &self.cx.worker.store;
         let renewal = store.renew(&self.key, &self.record.token, &record, self.retention);
         let (result, _) = self.cx.store_op(StoreOp::Renew, renewal).await;
         match result {
             Ok(true) => {
                 self.record = record;
-                self.lease_until = sent + self.lease;
+                self.gate.renewed(sent, self.lease);
                 self.cx.worker.metrics.lease_renewals.inc();
                 true
             }
             Ok(false) => {
-                let why = "lease ended (a pause longer than the lease?) or taken over; renewals stop, the outcome is stored only if no one took it over";
-                tracing::warn!(key = %self.key, "{why}");
+                // A request not yet written is never sent now.
+                self.gate.lose();
                 self.owned = false;
+                match self.refused_because().await {
+                    Refused::Vanished => self.vanished("renewal"),
+                    _ => {
+                        let why = "lease ended (a pause longer than the lease?) or taken over; renewals stop, a request not yet written is not sent, and the outcome is stored only if no one took it over";
+                        tracing::warn!(key = %self.key, "{why}");
+                    }
+                }
                 true
             }
             Err(e) => {
@@ -126,7 +146,7 @@ impl LeaseHolder {
         let (result, _) = self.cx.store_op(StoreOp::Complete, write).await;
         match result {
             Ok(true) => {}
-            Ok(false) => self.stale(),
+            Ok(false) => self.stale().await,
             Err(e) => {
                 tracing::warn!(key = %self.key, error = %e, "completion write failed; retrying");
                 let retry = LeaseHolder {
@@ -137,7 +157,7 @@ impl LeaseHolder {
                     retention: self.retention,
                     owned: self.owned,
                     history: self.history,
-                    lease_until: self.lease_until,
+                    gate: self.gate.clone(),
                     notify: self.notify,
                 };
                 self.cx
@@ -186,10 +206,10 @@ impl LeaseHolder {
                     }
                     return;
                 }
-                Ok(false) => return self.stale(),
+                Ok(false) => return self.stale().await,
                 Err(_) => backoff = (backoff * 2).min(Duration::from_millis(1_000)),
             }
-            if !warned && Instant::now() >= self.lease_until {
+            if !warned && Instant::now() >= self.gate.until() {
                 warned = true;
                 tracing::warn!(key = %self.key, "outcome not recorded yet and the lease has ended; still retrying while the record is ours");
             }
@@ -200,10 +220,45 @@ impl LeaseHolder {
         );
     }
 
-    fn stale(&self) {
-        self.cx.worker.metrics.stale_completions.inc();
-        tracing::warn!(key = %self.key, "completion refused: the lease was taken over by another owner");
+    /// The store refused our completion: someone took the attempt over or settled it,
+    /// or the record vanished (never reported as a takeover).
+    async fn stale(&self) {
+        match self.refused_because().await {
+            Refused::Vanished => self.vanished("completion"),
+            Refused::Other => {
+                self.cx.worker.metrics.stale_completions.inc();
+                tracing::warn!(key = %self.key, "completion refused: the lease was taken over by another owner, or the attempt settled");
+            }
+        }
     }
+
+    /// Why the store refused a fenced write of ours: one more read, only on this rare
+    /// path. A record under another token was taken over or settled; none at all
+    /// vanished (a record deleted by an operator counts here too).
+    async fn refused_because(&self) -> Refused {
+        match self.cx.worker.store.get(&self.key).await {
+            Ok(None) => Refused::Vanished,
+            _ => Refused::Other,
+        }
+    }
+
+    fn vanished(&self, write: &str) {
+        self.cx.worker.metrics.guards.records_vanished.inc();
+        tracing::error!(
+            key = %self.key,
+            write,
+            "the record vanished while its call ran (evicted by Redis, or deleted): a repeat \
+             can now run the call again. Set maxmemory-policy noeviction on every Redis master"
+        );
+    }
+}
+
+/// Why a fenced write of the owner was refused.
+enum Refused {
+    /// No record at all under the key.
+    Vanished,
+    /// Another owner's record, an ended lease, or the store did not answer.
+    Other,
 }
 
 /// Run `work` while renewing the lease every `lease/3`; return its output.

@@ -392,6 +392,22 @@ pub fn circuit_open(route: &str, retry_after: u64) -> Problem {
     .retry_after(retry_after)
 }
 
+/// The owner's lease ended (or was lost) before its request could be written: the
+/// send guard (SPEC §1 "What the code enforces") sent nothing and released the
+/// reservation, so a retry is forwarded, or replays what another replica did meanwhile.
+pub fn lease_lost() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "lease_lost",
+        "Reservation lost before sending",
+        "idem held this request's reservation too long before it could send it (a stall or \
+         a slow connection to the tool API), so it did not send it: nothing was executed by \
+         this request. Retry the same request, with the same key, in 1 s: it is sent then, \
+         or answered with the result of the copy that ran meanwhile.",
+    )
+    .retry_after(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -342,6 +342,15 @@ impl Store {
         }
     }
 
+    /// The `maxmemory-policy` of every Redis master the store writes to; `None` on the
+    /// stores that never evict a record before its TTL (memory, PostgreSQL).
+    pub async fn eviction_policies(&self) -> Result<Option<Vec<redis::NodePolicy>>, StoreError> {
+        match &self.backend {
+            Backend::Redis(s) => Box::pin(s.eviction_policies()).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Whether the store answers (readiness).
     pub async fn ping(&self) -> Result<(), StoreError> {
         dispatch_op!(self, s => s.ping())

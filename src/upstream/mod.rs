@@ -9,6 +9,7 @@
 
 mod body;
 mod conn;
+mod gate;
 mod pool;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tower_service::Service;
 pub use body::{BoxError, ResponseBody};
 pub use conn::UpstreamBody;
 use conn::{Conn, SendFailure};
+pub use gate::{Closed, SendGate};
 use pool::Pool;
 
 use crate::config::UpstreamConfig;
@@ -41,6 +43,9 @@ pub enum UpstreamError {
     /// The request was sent (or partly sent) and then the exchange failed.
     #[error("upstream error: {0}")]
     Failed(hyper::Error),
+    /// The owner's lease no longer allowed the send ([`SendGate`]): nothing was written.
+    #[error("{0}")]
+    Withheld(Closed),
 }
 
 impl UpstreamError {
@@ -55,6 +60,8 @@ impl UpstreamError {
 pub enum Sent {
     /// Nothing reached the upstream (refused, connect timeout, TLS handshake).
     NotSent(UpstreamError),
+    /// Nothing was written: the owner's lease ended or was lost first ([`SendGate`]).
+    Withheld(Closed),
     /// Sent, then no head in time or the exchange failed: the effect may have happened.
     Ambiguous(String),
     /// The response head; its body streams.
@@ -90,17 +97,34 @@ impl UpstreamClient {
 
     /// Send `request` (origin-form URI, `Host` set) and return the response head; its
     /// body drives the connection and returns it to the pool when read to the end.
+    ///
+    /// With a `gate` (a protected call), the owner's lease is checked right before the
+    /// request is written, with no await in between, and a connect is abandoned as soon
+    /// as a renewal finds the lease lost: an owner never sends outside its lease.
     pub async fn request(
         &self,
         mut request: Request<UpstreamBody>,
+        gate: Option<&SendGate>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
         loop {
             let (mut conn, pooled) = match self.pool.checkout().await {
                 Some(conn) => (conn, true),
                 // Boxed: connecting (TLS included) is a large future, and the request
                 // future — moved into every caller's future — is otherwise as large.
-                None => (Box::pin(self.connect()).await?, false),
+                None => match gate {
+                    None => (Box::pin(self.connect()).await?, false),
+                    Some(gate) => (Box::pin(self.connect_within(gate)).await?, false),
+                },
             };
+            if gate.is_some() {
+                // Tests stop an owner here: connected, its request not yet written.
+                crate::pause!("owner_before_send");
+            }
+            // Checked with no await before the write: `send` writes in its first poll.
+            if let Some(closed) = gate.and_then(|g| g.check().err()) {
+                self.pool.put(conn);
+                return Err(UpstreamError::Withheld(closed));
+            }
             match conn.send(request).await {
                 Ok(response) => {
                     let pool = self.pool.clone();
@@ -119,8 +143,20 @@ impl UpstreamClient {
 
     /// Send `request`, waiting at most `timeout` for the head, and classify the result.
     pub async fn send(&self, request: Request<UpstreamBody>, timeout: Duration) -> Sent {
-        match crate::time_bound::bounded(timeout, self.request(request)).await {
+        self.send_gated(request, timeout, None).await
+    }
+
+    /// As [`UpstreamClient::send`], for a protected call whose owner's lease `gate` must
+    /// allow the write.
+    pub async fn send_gated(
+        &self,
+        request: Request<UpstreamBody>,
+        timeout: Duration,
+        gate: Option<&SendGate>,
+    ) -> Sent {
+        match crate::time_bound::bounded(timeout, self.request(request, gate)).await {
             Ok(Ok(response)) => Sent::Answered(response),
+            Ok(Err(UpstreamError::Withheld(closed))) => Sent::Withheld(closed),
             Ok(Err(e)) if e.is_connect() => Sent::NotSent(e),
             Ok(Err(e)) => Sent::Ambiguous(e.to_string()),
             Err(_) => Sent::Ambiguous(format!("no response head within {timeout:?}")),
@@ -130,6 +166,14 @@ impl UpstreamClient {
     /// Idle connections in the pool (for tests and diagnostics).
     pub fn idle_connections(&self) -> usize {
         self.pool.idle_count()
+    }
+
+    /// Connect, unless the lease is lost first: then nothing will be sent anyway.
+    async fn connect_within(&self, gate: &SendGate) -> Result<Conn, UpstreamError> {
+        tokio::select! {
+            conn = self.connect() => conn,
+            () = gate.lost() => Err(UpstreamError::Withheld(Closed::Lost)),
+        }
     }
 
     async fn connect(&self) -> Result<Conn, UpstreamError> {

@@ -347,12 +347,24 @@ fn unknown_outcome_settings_are_checked() {
     );
     let by_id = ok(&route("    reconcile: {path: \"/c/{key}\"}\n"));
     assert!(by_id.warnings.is_empty(), "{:?}", by_id.warnings);
-    // Defaults: retry, no window, no lookup.
+    // Defaults: hold without a window (nothing says a second send is safe), no lookup;
+    // retry once the route declares the provider's window.
     let d = &ok(&route("")).routes[0];
     assert_eq!(
         (d.on_unknown, d.upstream_key_window),
-        (OnUnknown::Retry, None)
+        (OnUnknown::Hold, None)
     );
+    let w = &ok(&route("    upstream_key_window: 24h\n")).routes[0];
+    assert_eq!(w.on_unknown, OnUnknown::Retry);
+    // retry without a window is refused, naming what to declare.
+    has(
+        &errors(&route("    on_unknown: retry\n")),
+        "on_unknown: retry in route \"charge\" needs upstream_key_window",
+    );
+    let both = ok(&route(
+        "    on_unknown: retry\n    upstream_key_window: 24h\n",
+    ));
+    assert_eq!(both.routes[0].on_unknown, OnUnknown::Retry);
 }
 
 #[test]

@@ -210,6 +210,7 @@ fn outcome_classes() {
     assert_eq!(settle(Exchanged::NotSent, &p), Settle::Release);
     // An MCP answer that is not the call's outcome (input_required, an HTTP error).
     assert_eq!(settle(Exchanged::NotFinal, &p), Settle::Release);
+    assert_eq!(settle(Exchanged::Withheld, &p), Settle::Release);
     assert_eq!(settle(Exchanged::Ambiguous, &p), Settle::Hold);
     let mut releasing = route();
     releasing.on_ambiguous = OnAmbiguous::Release;

@@ -36,7 +36,7 @@ use crate::config::{Reconcile, RoutePolicy};
 use crate::store::StoredResponse;
 use crate::traces::request::end_upstream;
 use crate::traces::RequestTrace;
-use crate::upstream::{ResponseBody, Sent};
+use crate::upstream::{ResponseBody, SendGate, Sent};
 
 /// What a call's answer is, read off the response as it streams to the caller.
 pub trait Answer {
@@ -114,6 +114,7 @@ fn answered(
     let (exchanged, reason) = match sent {
         Sent::Answered(response) => return Ok((response, span)),
         Sent::NotSent(e) => (Exchanged::NotSent, e.to_string()),
+        Sent::Withheld(closed) => (Exchanged::Withheld, closed.to_string()),
         Sent::Ambiguous(reason) => (Exchanged::Ambiguous, reason),
     };
     span.end(None, Some(&reason));
@@ -137,7 +138,7 @@ pub async fn forward(
             Ok(response)
         }
         Err(Unanswered {
-            exchanged: Exchanged::NotSent,
+            exchanged: Exchanged::NotSent | Exchanged::Withheld,
             ..
         }) => Err(format.respond(problem::upstream_unavailable())),
         Err(_) => Err(format.respond(problem::upstream_timeout(
@@ -148,17 +149,22 @@ pub async fn forward(
 }
 
 /// Execute `request`: stream the answer to `out` as it comes (holding its end), and
-/// read what `answer` extracts from it. The span covers the head and the body.
+/// read what `answer` extracts from it. The span covers the head and the body. The
+/// request is written only while the owner's lease holds (`gate`).
 pub async fn execute<A: Answer>(
     cx: &RequestContext,
     mut request: Request<UpstreamBody>,
     answer: A,
     out: Outbound,
+    gate: SendGate,
 ) -> Ended {
     let worker = &*cx.worker;
     let timeout = worker.upstream.timeout;
     let span = UpstreamSpan::start(cx.trace(), &mut request);
-    let sent = worker.client.send(request, timeout).await;
+    let sent = worker
+        .client
+        .send_gated(request, timeout, Some(&gate))
+        .await;
     let (response, span) = match answered(span, sent) {
         Ok(answered) => answered,
         Err(Unanswered { exchanged, reason }) => return Ended::unanswered(exchanged, reason, out),
@@ -239,7 +245,9 @@ pub async fn lookup(
         Ok(answered) => answered,
         Err(Unanswered { exchanged, reason }) => {
             return Lookup::Failed(match exchanged {
-                Exchanged::NotSent => format!("the lookup was not sent: {reason}"),
+                Exchanged::NotSent | Exchanged::Withheld => {
+                    format!("the lookup was not sent: {reason}")
+                }
                 _ => format!("the lookup got no answer: {reason}"),
             })
         }

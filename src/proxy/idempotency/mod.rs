@@ -63,6 +63,9 @@ struct Flow<'a> {
     mcp: Option<Arc<ToolCall>>,
     key: Option<StoreKey>,
     store_time: Duration,
+    /// When the last store round trip was asked for: the lease a reservation or
+    /// takeover grants is counted from here on this process's clock.
+    asked: Option<Instant>,
 }
 
 /// Read the body (bounded) and protect the request.
@@ -143,6 +146,7 @@ impl<'a> Flow<'a> {
             mcp,
             key: None,
             store_time: Duration::ZERO,
+            asked: None,
         }
     }
 
@@ -339,6 +343,8 @@ impl<'a> Flow<'a> {
             mcp: self.mcp.clone(),
             key: intent.store_key,
             record,
+            // Forwarding always follows the store write that granted the lease.
+            asked: self.asked.unwrap_or_else(Instant::now),
             request,
             ticket: self.ticket,
         };

@@ -103,9 +103,12 @@ impl Flow<'_> {
     }
 
     /// Run one store round trip, timed for the metrics and the request's log line.
+    /// Every store round trip of the flow: timed, and remembered as the last one asked
+    /// for, which is the write that granted the lease when the flow then forwards.
     pub(super) async fn timed<T>(&mut self, op: StoreOp, round_trip: impl Future<Output = T>) -> T {
-        let (out, took) = self.cx.store_op(op, round_trip).await;
+        let (out, asked, took) = self.cx.store_op_from(op, round_trip).await;
         self.store_time += took;
+        self.asked = Some(asked);
         out
     }
 }

@@ -56,6 +56,8 @@ impl Flow<'_> {
             (OnUnknown::Retry, _) => self.policy.retry_window(),
             _ => None,
         };
+        // Tests stop a duplicate here: it has read the unknown outcome, not yet taken it.
+        crate::pause!("duplicate_before_takeover");
         match self.take_over(intent, existing, &next, window).await {
             Ok(true) => Settling::Forward(next),
             Ok(false) => Settling::Lost,

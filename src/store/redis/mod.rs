@@ -10,7 +10,7 @@
 //!   (redis-rs `ClusterConnection`). Wake-ups come from one subscription per process,
 //!   shared through [`RedisEvents`] (`subscriber.rs`, `sharded.rs`). Everything connects in
 //!   the background: [`RedisStore::connect`] succeeds even while Redis is down.
-//! - `wait_replicas: N` makes reservations and completions wait for N replica acks
+//! - `wait_replicas: N` makes reservations, renewals and completions wait for N replica acks
 //!   (see [`RedisStore::reserve`]; `command.rs`).
 //! - Concurrent duplicates of one key in this process share one reservation, and a key
 //!   the process owns is answered from memory (`local.rs`).
@@ -19,6 +19,7 @@ mod admin_read;
 mod command;
 mod conn;
 mod events;
+mod eviction;
 mod keys;
 mod listing;
 mod local;
@@ -40,6 +41,7 @@ use tokio::time::timeout;
 
 use self::command::{eval, millis, Encoded};
 use self::conn::{Conn, Link};
+pub use self::eviction::NodePolicy;
 use self::keys::Layout;
 use self::local::Coalesce;
 use self::scripts::Scripts;
@@ -55,9 +57,10 @@ use crate::key::StoreKey;
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Arc<Conn>,
-    /// With `wait_replicas > 0`, the writes followed by `WAIT` (reservations and
-    /// completions) use a connection of their own: `WAIT` blocks its whole connection,
-    /// so a lagging replica must not hold up lease renewals or reads. Otherwise `conn`.
+    /// With `wait_replicas > 0`, the writes followed by `WAIT` (reservations,
+    /// renewals, completions, takeovers) use a connection of their own: `WAIT` blocks
+    /// its whole connection, so a lagging replica must not hold up reads and releases.
+    /// Otherwise `conn`.
     wait_conn: Arc<Conn>,
     layout: Layout,
     scripts: &'static Scripts,
@@ -267,8 +270,8 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Overwrites the record while it carries `owner`'s token. Every write but a lease
-    /// renewal (a completion, or a takeover starting a new attempt) then waits for
+    /// Overwrites the record while it carries `owner`'s token. Every such write (a
+    /// renewal, a completion, a takeover starting a new attempt) then waits for
     /// `wait_replicas` acks, like a reservation.
     pub async fn replace_if_owner(
         &self,
@@ -320,8 +323,11 @@ impl RedisStore {
         notify: bool,
         guard: Guard,
     ) -> Result<bool, StoreError> {
-        let renewal = !record.is_completed() && record.token == *owner;
-        let conn = if renewal { &self.conn } else { &self.wait_conn };
+        // Every fenced write waits for `wait_replicas` acks, renewals too (SPEC §1 "What
+        // the code enforces"): a renewal a failover could roll back would move the
+        // owner's send deadline past the lease a promoted replica holds. The owner moves
+        // its deadline only on an acknowledged renewal (`proxy/lease.rs`).
+        let conn = &self.wait_conn;
         let mut link = conn.link();
         let (script, window) = match guard {
             Guard::Owner => (&self.scripts.replace_if_owner, None),
@@ -354,7 +360,7 @@ impl RedisStore {
                     eval(&mut link, script, &store_key, Some(record), args),
                 )
                 .await?;
-            if replaced == 1 && !renewal {
+            if replaced == 1 {
                 self.wait_for_replicas(&mut link, &store_key).await?;
             }
             Ok(replaced)
