@@ -103,6 +103,14 @@ impl UpstreamClient {
     /// as a renewal finds the lease lost: an owner never sends outside its lease.
     pub async fn request(
         &self,
+        request: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        self.request_within(request, None).await
+    }
+
+    /// As [`UpstreamClient::request`], written only while `gate` allows it (below).
+    async fn request_within(
+        &self,
         mut request: Request<UpstreamBody>,
         gate: Option<&SendGate>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
@@ -142,8 +150,14 @@ impl UpstreamClient {
     }
 
     /// Send `request`, waiting at most `timeout` for the head, and classify the result.
-    pub async fn send(&self, request: Request<UpstreamBody>, timeout: Duration) -> Sent {
-        self.send_gated(request, timeout, None).await
+    /// Not an `async fn` wrapper: it hands back [`UpstreamClient::send_gated`]'s own
+    /// future, so the passthrough path carries no extra layer of future state.
+    pub fn send(
+        &self,
+        request: Request<UpstreamBody>,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Sent> + '_ {
+        self.send_gated(request, timeout, None)
     }
 
     /// As [`UpstreamClient::send`], for a protected call whose owner's lease `gate` must
@@ -154,7 +168,7 @@ impl UpstreamClient {
         timeout: Duration,
         gate: Option<&SendGate>,
     ) -> Sent {
-        match crate::time_bound::bounded(timeout, self.request(request, gate)).await {
+        match crate::time_bound::bounded(timeout, self.request_within(request, gate)).await {
             Ok(Ok(response)) => Sent::Answered(response),
             Ok(Err(UpstreamError::Withheld(closed))) => Sent::Withheld(closed),
             Ok(Err(e)) if e.is_connect() => Sent::NotSent(e),
