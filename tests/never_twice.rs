@@ -43,12 +43,13 @@ async fn metric(p: &IdemProcess, name: &str) -> f64 {
     )
 }
 
-/// Arms pause point `name` in the process started with `IDEM_FAILPOINTS_DIR=dir`, and
-/// waits until a request stops there.
-async fn armed_and_hit(dir: &Path, name: &str) {
+/// Arms pause point `name` in the process started with `IDEM_FAILPOINTS_DIR=dir`: the
+/// next request to reach it stops there.
+fn arm(dir: &Path, name: &str) {
     std::fs::write(dir.join(name), b"").unwrap();
 }
 
+/// Waits until a request stopped at `name` (failing with `p`'s log if none does).
 async fn wait_hit(dir: &Path, name: &str, p: &IdemProcess) {
     let hit = dir.join(format!("{name}.hit"));
     for _ in 0..1000 {
@@ -268,4 +269,48 @@ async fn a_renewal_no_replica_acknowledged_does_not_extend_the_right_to_send() {
     .await;
     assert!(!retry.replayed());
     assert_eq!(upstream.executions("charge:inv_w"), 1);
+}
+
+/// The reconciling duplicate's own race: it read an unknown outcome and asked the
+/// upstream (absent), then stopped before its takeover while another replica did the
+/// same and sent the call. When it resumes, its takeover is refused (the token it read
+/// is gone) and it answers with the other replica's outcome: one execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_stopped_between_lookup_and_takeover_never_sends() {
+    let _panics = support::panics::watched();
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let a_points = tempfile::tempdir().unwrap();
+    let b_points = tempfile::tempdir().unwrap();
+    let route = "    lease: 1s\n    on_unknown: reconcile\n    reconcile:\n      path: \"/lookup?key={key}\"\n      found: [200]\n      absent: [404]\n      timeout: 1s\n";
+    let config = yaml(&upstream, &redis_store(&redis, ""), route);
+    let env = |d: &tempfile::TempDir| d.path().to_str().unwrap().to_owned();
+    let (a_dir, b_dir) = (env(&a_points), env(&b_points));
+    let mut a =
+        IdemProcess::spawn_with(&config, &[], "warn", &[("IDEM_FAILPOINTS_DIR", &a_dir)]).await;
+    let b = IdemProcess::spawn_with(&config, &[], "warn", &[("IDEM_FAILPOINTS_DIR", &b_dir)]).await;
+    let c = IdemProcess::spawn(&config).await;
+
+    // An owner that dies after reserving, before sending: an unknown outcome that
+    // never ran.
+    armed_and_hit(a_points.path(), "owner_before_send").await;
+    let u = a.url("/invoices/inv_r/charge");
+    tokio::spawn(async move { try_send("POST", &u, &[], "{}").await });
+    wait_hit(a_points.path(), "owner_before_send", &a).await;
+    a.kill();
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+
+    armed_and_hit(b_points.path(), "duplicate_before_takeover").await;
+    let u = b.url("/invoices/inv_r/charge");
+    let stopped = tokio::spawn(async move { try_send("POST", &u, &[], "{}").await });
+    wait_hit(b_points.path(), "duplicate_before_takeover", &b).await;
+    let sent = post(&c.url("/invoices/inv_r/charge"), &[], "{}").await;
+    assert_eq!(sent.status, 201, "{}", sent.text());
+    assert_eq!(upstream.executions("charge:inv_r"), 1);
+
+    release(b_points.path(), "duplicate_before_takeover");
+    let late = stopped.await.unwrap().expect("answered");
+    assert!(late.replayed(), "{} {}", late.status, late.text());
+    assert_eq!(late.body, sent.body);
+    assert_eq!(upstream.executions("charge:inv_r"), 1, "one execution");
 }
