@@ -184,7 +184,7 @@ async fn an_owner_stopped_before_sending_sends_nothing_once_its_intent_moved_on(
     let a = IdemProcess::spawn_with(&config, &[], "warn", &[("IDEM_FAILPOINTS_DIR", &dir)]).await;
     let b = IdemProcess::spawn(&config).await;
 
-    armed_and_hit(points.path(), "owner_before_send").await;
+    arm(points.path(), "owner_before_send");
     let u = a.url("/invoices/inv_s/charge");
     let owner = tokio::spawn(async move { try_send("POST", &u, &[], "{}").await });
     wait_hit(points.path(), "owner_before_send", &a).await;
@@ -248,7 +248,7 @@ async fn a_renewal_no_replica_acknowledged_does_not_extend_the_right_to_send() {
     let config = yaml(&upstream, &store, "    lease: 1s\n");
     let a = IdemProcess::spawn_with(&config, &[], "warn", &[("IDEM_FAILPOINTS_DIR", &dir)]).await;
 
-    armed_and_hit(points.path(), "owner_before_send").await;
+    arm(points.path(), "owner_before_send");
     let u = a.url("/invoices/inv_w/charge");
     let owner = tokio::spawn(async move { try_send("POST", &u, &[], "{}").await });
     wait_hit(points.path(), "owner_before_send", &a).await;
@@ -293,14 +293,14 @@ async fn a_duplicate_stopped_between_lookup_and_takeover_never_sends() {
 
     // An owner that dies after reserving, before sending: an unknown outcome that
     // never ran.
-    armed_and_hit(a_points.path(), "owner_before_send").await;
+    arm(a_points.path(), "owner_before_send");
     let u = a.url("/invoices/inv_r/charge");
     tokio::spawn(async move { try_send("POST", &u, &[], "{}").await });
     wait_hit(a_points.path(), "owner_before_send", &a).await;
     a.kill();
     tokio::time::sleep(Duration::from_millis(1_300)).await;
 
-    armed_and_hit(b_points.path(), "duplicate_before_takeover").await;
+    arm(b_points.path(), "duplicate_before_takeover");
     let u = b.url("/invoices/inv_r/charge");
     let stopped = tokio::spawn(async move { try_send("POST", &u, &[], "{}").await });
     wait_hit(b_points.path(), "duplicate_before_takeover", &b).await;
