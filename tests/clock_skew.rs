@@ -84,7 +84,7 @@ impl Clock {
 
 fn yaml(env: &Env) -> String {
     format!(
-        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 10s\n    on_unknown: retry\n",
+        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: 10s\n    on_unknown: retry\n    upstream_key_window: 1h\n",
         env.base_yaml("30s")
     )
 }

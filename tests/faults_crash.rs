@@ -16,7 +16,7 @@ use support::redis::RedisServer;
 
 fn yaml(env: &Env, lease: &str) -> String {
     format!(
-        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n",
+        "{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n    upstream_key_window: 1h\n",
         env.base_yaml("10s")
     )
 }

@@ -18,7 +18,7 @@ use support::upstream::MockUpstream;
 
 fn routes(lease: &str) -> String {
     format!(
-        "routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n    on_concurrent: wait\n    wait_timeout: 5s\n"
+        "routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n    upstream_key_window: 1h\n    on_concurrent: wait\n    wait_timeout: 5s\n"
     )
 }
 

@@ -41,7 +41,7 @@ impl Rig {
         let yaml = format!(
             "upstream:\n  url: {}\n  timeout: 5s\n  connect_timeout: 500ms\n\
              store:\n  backend: redis\n  redis:\n    url: redis://{}/0\n    op_timeout: {}ms\n  on_error: {on_error}\n\
-             routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n",
+             routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n    upstream_key_window: 1h\n",
             upstream.url(),
             link.host_port(),
             OP_TIMEOUT.as_millis(),
@@ -459,7 +459,8 @@ async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
 
 /// Redis restarted *empty* (no persistence) while an upstream call runs: the
 /// reservation is gone, so the late completion is refused (fencing: the owner cannot
-/// prove ownership) and counted as stale; the caller keeps its response. A repeat is
+/// prove ownership) and counted as a record that vanished (never as a takeover); the
+/// caller keeps its response. A repeat is
 /// then forwarded again, with the same upstream key — data loss in the store is the one
 /// case idem cannot cover alone (see docs/reliability.md: persistence, `wait_replicas`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,10 +486,11 @@ async fn redis_restarted_empty_mid_call_refuses_the_stale_completion() {
     assert_eq!(first.status, 201, "{}", first.text());
     eventually(
         Duration::from_secs(3),
-        "stale completion counted",
-        async || rig.metric("idem_stale_completions_total").await >= 1.0,
+        "the vanished record counted",
+        async || rig.metric("idem_records_vanished_total").await >= 1.0,
     )
     .await;
+    assert_eq!(rig.metric("idem_stale_completions_total").await, 0.0);
     assert_eq!(rig.record("wiped").await.0, 404, "nothing recorded");
     let again = rig.post("wiped", &[]).await;
     assert_eq!(again.status, 201);

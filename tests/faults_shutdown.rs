@@ -15,7 +15,7 @@ use support::poll::{eventually, eventually_blocking};
 
 fn yaml(env: &Env, grace: &str, lease: &str) -> String {
     format!(
-        "server:\n  shutdown_grace: {grace}\n{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n",
+        "server:\n  shutdown_grace: {grace}\n{}routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {lease}\n    upstream_key_window: 1h\n",
         env.base_yaml("10s")
     )
 }

@@ -28,7 +28,7 @@ const UPSTREAM_TIMEOUT: &str = "400ms";
 
 fn routes(extra: &str) -> String {
     format!(
-        "routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {}ms\n{extra}",
+        "routes:\n  - name: charge\n    path: /invoices/{{invoice_id}}/charge\n    key: \"charge:{{path.invoice_id}}\"\n    lease: {}ms\n    upstream_key_window: 1h\n{extra}",
         LEASE.as_millis()
     )
 }

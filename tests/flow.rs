@@ -219,7 +219,10 @@ async fn upstream_refused_is_502_and_released(b: Backend) {
 async fn ambiguous_timeout_holds_the_key_until_the_lease_ends(b: Backend) {
     let env = Env::new(b).await;
     let idem = env
-        .idem_with_timeout(&charge_with("lease: 1500ms\nretention: 1m"), "300ms")
+        .idem_with_timeout(
+            &charge_with("lease: 1500ms\nretention: 1m\nupstream_key_window: 1h"),
+            "300ms",
+        )
         .await;
     let u = url(&idem, "/invoices/inv_t/charge");
     let r = post(&u, &[("x-mock-delay-ms", "600")], "{}").await;

@@ -53,6 +53,7 @@ routes:
     on_concurrent: wait
     wait_timeout: 10s
     lease: {lease}
+    upstream_key_window: 1h
 "#
     )
 }
@@ -363,7 +364,7 @@ impl Sent {
 /// lost holds its key until its lease ends, and a completion that failed at the switch
 /// is retried while its lease lasts (`on_concurrent: wait` ends in that 409 past
 /// `wait_timeout`). No answer is too large to store, nothing is sealed and `on_unknown`
-/// is `retry` without a key window, so no other 409 (`response_not_stored`,
+/// is `retry` (under a key window of an hour), so no other 409 (`response_not_stored`,
 /// `record_unreadable`, `outcome_unknown`) can come of it.
 fn documented(r: &Result<Resp, String>) -> Result<(), String> {
     match r {

@@ -421,7 +421,7 @@ fn round_trips(
 async fn settling_costs_one_fenced_write_on_redis() {
     let env = Env::new(Backend::redis()).await;
     let redis = env.backend.redis_server();
-    let retry = yaml(&env, "10s", "");
+    let retry = yaml(&env, "10s", "    upstream_key_window: 1h\n");
     let b = killed_mid_call(&env, &retry, "m1").await;
     // Wait for the lease to end without repeating (a repeat would settle it).
     let key_url = b.admin_url("/v1/keys/charge/charge:m1");

@@ -6,6 +6,7 @@
 //! differently is caught the same way. `store.redis.allow_eviction: true` serves anyway,
 //! with a warning and `idem_store_evicting` at 1.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +23,9 @@ pub struct EvictionCheck {
     /// Why the store is not fit to serve; `None` once it is (or not Redis).
     refusal: Mutex<Option<String>>,
     /// Whether any check has read the policies yet.
-    read: Mutex<bool>,
+    read: AtomicBool,
+    /// Whether `allow_eviction`'s warning was logged for the current policies.
+    warned: AtomicBool,
 }
 
 impl EvictionCheck {
@@ -32,7 +35,8 @@ impl EvictionCheck {
         EvictionCheck {
             allow,
             refusal: Mutex::new((!allow).then_some(first)),
-            read: Mutex::new(false),
+            read: AtomicBool::new(false),
+            warned: AtomicBool::new(false),
         }
     }
 
@@ -41,13 +45,9 @@ impl EvictionCheck {
         EvictionCheck {
             allow: true,
             refusal: Mutex::new(None),
-            read: Mutex::new(true),
+            read: AtomicBool::new(true),
+            warned: AtomicBool::new(false),
         }
-    }
-
-    /// Why `/readyz` must say 503, if it must.
-    pub fn refusal(&self) -> Option<String> {
-        lock(&self.refusal).clone()
     }
 
     fn set(&self, refusal: Option<String>) {
@@ -64,6 +64,15 @@ impl EvictionCheck {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why `/readyz` must say 503, if it must. Before the first check has read the
+/// policies, the probe reads them itself, so readiness is never reported on a guess.
+pub(super) async fn refusal(admin: &Admin) -> Option<String> {
+    if !admin.eviction.read.load(Ordering::Acquire) {
+        check_once(admin).await;
+    }
+    lock(&admin.eviction.refusal).clone()
 }
 
 /// What to say about `policies`: `None` when every master keeps its records.
@@ -85,49 +94,59 @@ fn judge(policies: &[NodePolicy]) -> Option<String> {
     })
 }
 
-/// Checks every `every` until aborted.
+/// Checks every `every` until aborted (or at once for a store that never evicts).
 pub(super) async fn keep_checking(admin: Arc<Admin>, every: Duration) {
-    let check = &admin.eviction;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut warned = false;
     loop {
         tick.tick().await;
-        let read = any_store(&admin.stores, |s| s.eviction_policies()).await;
-        let policies = match read {
-            Ok((Some(policies), _)) => policies,
-            Ok((None, _)) => return,
-            Err(e) => {
-                // A store that does not answer is the ping's concern; only a policy
-                // never read (INFO denied, say) keeps readiness off on its own.
-                if !*lock(&check.read) && !check.allow {
-                    check.set(Some(format!(
-                        "cannot read the Redis maxmemory-policy ({e}); the ACL user needs +info"
-                    )));
-                }
-                continue;
-            }
-        };
-        *lock(&check.read) = true;
-        let verdict = judge(&policies);
-        let metrics = admin.control.metrics();
-        metrics
-            .guards
-            .store_evicting
-            .set(i64::from(verdict.is_some()));
-        match (verdict, check.allow) {
-            (Some(why), true) => {
-                if !warned {
-                    tracing::warn!("serving anyway (store.redis.allow_eviction: true): {why}");
-                    warned = true;
-                }
-            }
-            (verdict, _) => {
-                warned = false;
-                check.set(verdict);
-            }
+        if !check_once(&admin).await {
+            return;
         }
     }
+}
+
+/// Reads the policies once and records the verdict; `false` when the store is not
+/// Redis (nothing to check, ever).
+async fn check_once(admin: &Admin) -> bool {
+    let check = &admin.eviction;
+    let policies = match any_store(&admin.stores, |s| s.eviction_policies()).await {
+        Ok((Some(policies), _)) => policies,
+        Ok((None, _)) => return false,
+        Err(e) => {
+            // A store that does not answer is the ping's concern; only a policy never
+            // read (INFO denied, say) keeps readiness off on its own.
+            if !check.read.load(Ordering::Acquire) && !check.allow {
+                let hint = match e.to_string().contains("NOPERM") {
+                    true => "; the ACL user needs +info",
+                    false => "",
+                };
+                check.set(Some(format!(
+                    "cannot read the Redis maxmemory-policy yet ({e}){hint}"
+                )));
+            }
+            return true;
+        }
+    };
+    let verdict = judge(&policies);
+    let metrics = admin.control.metrics();
+    metrics
+        .guards
+        .store_evicting
+        .set(i64::from(verdict.is_some()));
+    match (verdict, check.allow) {
+        (Some(why), true) => {
+            if !check.warned.swap(true, Ordering::AcqRel) {
+                tracing::warn!("serving anyway (store.redis.allow_eviction: true): {why}");
+            }
+        }
+        (verdict, _) => {
+            check.warned.store(false, Ordering::Release);
+            check.set(verdict);
+        }
+    }
+    check.read.store(true, Ordering::Release);
+    true
 }
 
 #[cfg(test)]

@@ -177,7 +177,7 @@ async fn ready(admin: &Admin) -> AdminResponse {
     if admin.draining.load(Ordering::Relaxed) {
         return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
     }
-    if let Some(why) = admin.eviction.refusal() {
+    if let Some(why) = eviction::refusal(admin).await {
         return text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
     }
     // Ready when every worker's store connection answers: a worker whose connection is

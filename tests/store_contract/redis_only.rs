@@ -157,7 +157,8 @@ async fn wait_replicas_without_enough_replicas_is_a_store_error() {
 }
 
 /// `wait_replicas: 1` with a replica: reservation and completion are acknowledged;
-/// with the replica frozen, both are store errors (a failover now could lose them).
+/// with the replica frozen, they and a renewal are store errors (a failover now could
+/// lose them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
     let _panics = crate::support::panics::watched();
@@ -205,17 +206,15 @@ async fn wait_replicas_needs_the_replica_for_reserve_and_completion() {
         None,
         "unacknowledged reservation released"
     );
-    // A renewal does not wait for replicas: a lagging replica never costs a lease.
-    assert!(store
-        .replace_if_owner(
-            &key(3),
-            &pending.token,
-            &pending.renewed(LEASE),
-            LEASE,
-            false
-        )
-        .await
-        .unwrap());
+    // A renewal waits for replicas too (SPEC §1 "What the code enforces"): one a
+    // failover could roll back must not extend the owner's right to send.
+    let e = store
+        .renew(&key(3), &pending.token, &pending.renewed(LEASE), LEASE)
+        .await;
+    assert!(
+        matches!(e, Err(StoreError::Unavailable(ref m)) if m.contains("only 0 of 1")),
+        "{e:?}"
+    );
     // A completion is written but not acknowledged: a store error.
     let finished = completed(&pending, RETENTION);
     let e = store
