@@ -25,10 +25,12 @@ IDEM_URL = os.environ.get("IDEM_URL", "http://127.0.0.1:8082")
 def idem_post(path: str, body: dict) -> dict:
     intent = f"{DBOS.workflow_id}:{DBOS.step_id}"  # same on recovery, new per workflow
     r = httpx.post(IDEM_URL + path, json=body, headers={"X-Idem-Intent": intent}, timeout=30)
+    out = {"intent": intent, "status": r.status_code, "body": r.json(),
+           "replayed": r.headers.get("idempotent-replayed") == "true"}
     if os.environ.get("IDEM_CRASH_AFTER_CHARGE") == "1":
+        print(json.dumps({"crashed_after": out}), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # the tool ran; DBOS has not recorded it
-    return {"intent": intent, "status": r.status_code, "body": r.json(),
-            "replayed": r.headers.get("idempotent-replayed") == "true"}
+    return out
 # -----------------------------------------------------------------------------------------
 
 

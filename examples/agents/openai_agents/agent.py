@@ -10,9 +10,10 @@ the tool's name + the call's natural key (the invoice). A model that re-mints it
     python agent.py RUN_ID '[{"customer": "cus_1", "amount": 500, "invoice": "inv_1"}, ...]'
 
 The model is a scripted `agents.models.interface.Model` (no network): it asks for one
-charge_card call per item, then answers. Each time it is asked it mints a fresh call id
-and its own fresh idempotency_key (SAME_CALL_ID=1: every call id is `call_0`, as Gemini
-does); REWORD=1 rewords the note.
+charge_card call per turn, one turn per item, then answers. Each time it is asked it
+mints a fresh call id and its own fresh idempotency_key (SAME_CALL_ID=1: every call id is
+`call_0`, as Gemini numbers its calls anew in each response; the SDK itself refuses one id
+reused within one response); REWORD=1 rewords the note.
 
 Environment: IDEM_URL (http://127.0.0.1:8082), IDEM_CRASH_AFTER_CHARGE=1 (SIGKILL right
 after the first charge answered, before the run finished).
@@ -74,21 +75,20 @@ class ScriptedModel(Model):
     async def get_response(self, system_instructions, input, model_settings, tools,
                            output_schema, handoffs, tracing, **_kwargs) -> ModelResponse:
         done = [i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
-        if done:
-            text = "done: " + "; ".join(i["output"] for i in done)
+        if len(done) == len(self.charges):
             output = [ResponseOutputMessage(
                 id="msg_1", role="assistant", status="completed", type="message",
-                content=[ResponseOutputText(text=text, type="output_text", annotations=[])])]
-        else:
+                content=[ResponseOutputText(text=f"charged {len(done)} invoice(s)",
+                                            type="output_text", annotations=[])])]
+        else:  # one call per turn, for the next invoice not charged yet
             same = os.environ.get("SAME_CALL_ID") == "1"
             note = ("Monthly plan, renewal" if os.environ.get("REWORD") == "1"
                     else "Renewal of the monthly plan")
+            args = {**self.charges[len(done)], "note": note, "idempotency_key": str(uuid.uuid4())}
             output = [ResponseFunctionToolCall(
-                type="function_call", name="charge_card", status="completed",
+                type="function_call", name="charge_card", status="completed", id=f"fc_{len(done)}",
                 call_id="call_0" if same else f"call_{uuid.uuid4().hex[:12]}",
-                id=f"fc_{n}",
-                arguments=json.dumps({**c, "note": note, "idempotency_key": str(uuid.uuid4())}))
-                for n, c in enumerate(self.charges)]
+                arguments=json.dumps(args))]
         return ModelResponse(output=output, usage=Usage(), response_id=None)
 
     def stream_response(self, *args, **kwargs):
