@@ -11,6 +11,13 @@
 //! resumed step must get the first execution's answer as a replay: one charge.
 //!
 //! The runtimes are installed once into `target/agent-peers/` (support/agents.rs).
+//!
+//! Checked once that these tests catch a key taken from the call id: with the OpenAI
+//! example's route keyed by `{header.x-tool-call-id}`, the re-run got a second execution
+//! instead of the replay and the shared `call_0` became one key for two intents; with the
+//! Vercel helper keyed by `toolCallId`, the resumed step was executed again. Both failed.
+//! `a_route_keyed_by_the_tool_call_id_charges_twice_and_loses_an_intent` keeps that
+//! failure mode under test.
 
 mod support;
 
