@@ -40,14 +40,18 @@ fn base(idem: &Idem) -> String {
 }
 
 const ONE_CHARGE: &str = r#"[{"customer": "cus_1", "amount": 500}]"#;
-const TWO_CHARGES: &str = r#"[{"customer": "cus_1", "amount": 500}, {"customer": "cus_2", "amount": 700}]"#;
+const TWO_CHARGES: &str =
+    r#"[{"customer": "cus_1", "amount": 500}, {"customer": "cus_2", "amount": 700}]"#;
 
 /// The resumed step got the first execution's answer, replayed, under the same intent.
 #[track_caller]
 fn assert_replay_of(resumed: &Value, first: &Value) {
     assert_eq!(first["status"], 201, "{first}");
     assert_eq!(first["replayed"], false, "{first}");
-    assert_eq!(resumed["intent"], first["intent"], "the intent changed: {resumed}");
+    assert_eq!(
+        resumed["intent"], first["intent"],
+        "the intent changed: {resumed}"
+    );
     assert_eq!(resumed["replayed"], true, "not a replay: {resumed}");
     assert_eq!(
         resumed["body"], first["body"],
@@ -66,7 +70,10 @@ fn assert_both_executed(a: &Value, b: &Value, upstream: &MockUpstream) {
         assert_eq!(upstream.executions(intent), 1, "{intent}");
     }
     assert_ne!(a["intent"], b["intent"]);
-    assert_ne!(a["body"]["id"], b["body"]["id"], "one got the other's result");
+    assert_ne!(
+        a["body"]["id"], b["body"]["id"],
+        "one got the other's result"
+    );
 }
 
 /// DBOS (system database on a private PostgreSQL): the worker dies after the charge,
@@ -108,7 +115,11 @@ async fn langgraph_resume_from_the_checkpoint_gets_the_charge_at_both_kill_timin
         let dir = tempfile::tempdir().unwrap();
         let thread = format!("thread-{durability}");
         let agent = || {
-            let mut cmd = python_agent("langgraph/agent.py", dir.path(), &[thread.as_str(), ONE_CHARGE]);
+            let mut cmd = python_agent(
+                "langgraph/agent.py",
+                dir.path(),
+                &[thread.as_str(), ONE_CHARGE],
+            );
             cmd.env("IDEM_URL", base(&idem))
                 .env("LANGGRAPH_DURABILITY", durability);
             cmd
@@ -140,14 +151,23 @@ async fn langgraph_two_intents_with_one_call_id_both_run() {
     let upstream = MockUpstream::start().await;
     let idem = idem_for("langgraph", &upstream).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = python_agent("langgraph/agent.py", dir.path(), &["thread-same", TWO_CHARGES]);
+    let mut cmd = python_agent(
+        "langgraph/agent.py",
+        dir.path(),
+        &["thread-same", TWO_CHARGES],
+    );
     cmd.env("IDEM_URL", base(&idem)).env("SAME_CALL_ID", "1");
     let out = finish(cmd).await;
     assert_both_executed(&out["results"][0], &out["results"][1], &upstream);
     assert_eq!(upstream.total_executions(), 2);
 }
 
-fn openai_agent(idem: &Idem, dir: &std::path::Path, run: &str, invoice: &str) -> tokio::process::Command {
+fn openai_agent(
+    idem: &Idem,
+    dir: &std::path::Path,
+    run: &str,
+    invoice: &str,
+) -> tokio::process::Command {
     let charges = json!([{"customer": "cus_1", "amount": 500, "invoice": invoice}]).to_string();
     let mut cmd = python_agent("openai_agents/agent.py", dir, &[run, charges.as_str()]);
     cmd.env("IDEM_URL", base(idem));
@@ -201,20 +221,31 @@ async fn a_route_keyed_by_the_tool_call_id_charges_twice_and_loses_an_intent() {
     let upstream = MockUpstream::start().await;
     let right = r#"key: ["{header.x-idem-intent}", "charge:{body.invoice}"]"#;
     let yaml = agents::idem_yaml("openai_agents", &upstream.url());
-    assert!(yaml.contains(right), "the example's key changed: update this test");
+    assert!(
+        yaml.contains(right),
+        "the example's key changed: update this test"
+    );
     let idem = harness::start(&yaml.replace(right, r#"key: "{header.x-tool-call-id}""#)).await;
     let dir = tempfile::tempdir().unwrap();
     crash_after_charge(openai_agent(&idem, dir.path(), "run-1", "inv_1")).await;
     let out = finish(openai_agent(&idem, dir.path(), "run-1", "inv_1")).await;
     assert_eq!(out["results"][0]["replayed"], false);
-    assert_eq!(upstream.total_executions(), 2, "a re-minted call id is a new key");
+    assert_eq!(
+        upstream.total_executions(),
+        2,
+        "a re-minted call id is a new key"
+    );
     let mut statuses = Vec::new();
     for (run, invoice) in [("run-a", "inv_a"), ("run-b", "inv_b")] {
         let mut cmd = openai_agent(&idem, dir.path(), run, invoice);
         cmd.env("SAME_CALL_ID", "1");
         statuses.push(finish(cmd).await["results"][0]["status"].clone());
     }
-    assert_eq!(statuses, [json!(201), json!(422)], "the second intent is refused");
+    assert_eq!(
+        statuses,
+        [json!(201), json!(422)],
+        "the second intent is refused"
+    );
     assert_eq!(upstream.total_executions(), 3);
 }
 
@@ -309,9 +340,11 @@ async fn mcp_client_restarted_mid_call_gets_the_one_charge() {
             .spawn()
             .expect("start the MCP server"),
     );
-    eventually(Duration::from_secs(30), "the MCP server listening", async || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the MCP server listening",
+        async || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    )
     .await;
     let upstream = format!("http://127.0.0.1:{port}");
     let idem = harness::start(&agents::idem_yaml("mcp", &upstream)).await;

@@ -88,7 +88,14 @@ pub fn ensure_peers() -> &'static Path {
             run(
                 "pip install the agent runtimes (examples/agents/requirements.txt)",
                 Command::new(python())
-                    .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"])
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "-q",
+                        "--disable-pip-version-check",
+                        "-r",
+                    ])
                     .arg(example("requirements.txt")),
             );
             std::fs::write(dir.join("package.json"), &package).expect("write package.json");
