@@ -7,8 +7,9 @@
 # 3003), idem with RUNTIME/idem.yaml (8082), then runs the agent with
 # IDEM_CRASH_AFTER_CHARGE=1 (it SIGKILLs itself right after the charge answered, before
 # the runtime recorded the step), runs it again (the runtime resumes), and prints how many
-# charges the API executed. The runtimes are installed, pinned (requirements.txt,
-# package.json), into target/agent-peers/ as tests/agents.rs does. idem: $IDEM_BIN, else
+# charges the API executed. The runtimes are installed, pinned (requirements.txt with
+# constraints.txt, package.json with package-lock.json), into target/agent-peers/ as
+# tests/agents.rs does. idem: $IDEM_BIN, else
 # target/release/idem, else `cargo build --release`.
 set -euo pipefail
 RUNTIME=${1:?usage: run.sh dbos|langgraph|openai_agents|vercel_ai|mcp}
@@ -20,10 +21,10 @@ PEERS=${AGENT_PEERS:-$ROOT/target/agent-peers}
 command -v python3 >/dev/null || { echo "python3 missing (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
 mkdir -p "$PEERS"
 if [[ ! -x "$PEERS/venv/bin/python" ]]; then python3 -m venv "$PEERS/venv"; fi
-"$PEERS/venv/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
+"$PEERS/venv/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt" -c "$HERE/constraints.txt"
 if [[ $RUNTIME == vercel_ai ]]; then
     command -v npm >/dev/null || { echo "node/npm missing (Debian: apt-get install nodejs npm)" >&2; exit 1; }
-    cp "$HERE/package.json" "$PEERS/package.json"
+    cp "$HERE/package.json" "$HERE/package-lock.json" "$PEERS/"
     (cd "$PEERS" && npm install --silent --no-audit --no-fund)
     cp "$HERE/vercel_ai/agent.mjs" "$PEERS/vercel-ai-agent.mjs"  # ES modules resolve next to the script
 fi

@@ -4,9 +4,10 @@
 //! model, the program scripts the framework's own fake or model class.
 //!
 //! The packages are installed once into `target/agent-peers/` (a Python venv and a
-//! `node_modules`) from PyPI and npm, at the versions pinned in
-//! `examples/agents/requirements.txt` and `examples/agents/package.json` (run.sh installs
-//! the same there); a missing `python3` or `node` fails with an install hint.
+//! `node_modules`) from PyPI and npm, at the versions pinned in `examples/agents/`:
+//! `requirements.txt` (the runtimes) with `constraints.txt` (everything they pull in) and
+//! `package.json` with `package-lock.json` (run.sh installs the same there); a missing
+//! `python3` or `node` fails with an install hint.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -64,9 +65,13 @@ pub fn ensure_peers() -> &'static Path {
         std::fs::create_dir_all(&dir).expect("create target/agent-peers");
         let requirements = std::fs::read_to_string(example("requirements.txt"))
             .expect("read examples/agents/requirements.txt");
+        let constraints = std::fs::read_to_string(example("constraints.txt"))
+            .expect("read examples/agents/constraints.txt");
         let package = std::fs::read_to_string(example("package.json"))
             .expect("read examples/agents/package.json");
-        let pins = format!("{requirements}\n{package}");
+        let lock = std::fs::read_to_string(example("package-lock.json"))
+            .expect("read examples/agents/package-lock.json");
+        let pins = format!("{requirements}\n{constraints}\n{package}\n{lock}");
         let stamp = dir.join("installed.pins");
         if std::fs::read_to_string(&stamp).ok().as_deref() != Some(pins.as_str()) {
             require(
@@ -96,9 +101,12 @@ pub fn ensure_peers() -> &'static Path {
                         "--disable-pip-version-check",
                         "-r",
                     ])
-                    .arg(example("requirements.txt")),
+                    .arg(example("requirements.txt"))
+                    .arg("-c")
+                    .arg(example("constraints.txt")),
             );
             std::fs::write(dir.join("package.json"), &package).expect("write package.json");
+            std::fs::write(dir.join("package-lock.json"), &lock).expect("write package-lock.json");
             run(
                 "npm install the Vercel AI SDK (examples/agents/package.json)",
                 Command::new("npm")
