@@ -348,21 +348,29 @@ async fn mcp_client_restarted_mid_call_gets_the_one_charge() {
     .await;
     let upstream = format!("http://127.0.0.1:{port}");
     let idem = harness::start(&agents::idem_yaml("mcp", &upstream)).await;
-    let client = || {
-        let mut cmd = python_agent("mcp/client.py", dir.path(), &["job-7", "cus_1", "500"]);
+    let client = |job: &str| {
+        let mut cmd = python_agent("mcp/client.py", dir.path(), &[job, "cus_1", "500"]);
         cmd.env("IDEM_URL", base(&idem));
         cmd
     };
-    let mut gone = client().spawn().expect("start the MCP client");
+    let mut gone = client("job-7").spawn().expect("start the MCP client");
     eventually(Duration::from_secs(30), "the charge running", async || {
         charges_logged(&log).len() == 1
     })
     .await;
     gone.kill().await.expect("kill the client mid-call");
-    let out = finish(client()).await;
+    let out = finish(client("job-7")).await;
     let charged = charges_logged(&log);
     assert_eq!(charged.len(), 1, "charged again: {charged:?}");
     let charge = charged[0]["charge"].as_str().unwrap();
     assert_eq!(out["isError"], false, "{out}");
     assert_eq!(out["text"], format!("charged cus_1 500 as {charge}"));
+    // Another job charging the same customer the same amount is another intent (the
+    // arguments alone could not tell), though its session numbers its JSON-RPC requests
+    // as the first one's did: it runs, and gets its own charge.
+    let other = finish(client("job-8")).await;
+    let charged = charges_logged(&log);
+    assert_eq!(charged.len(), 2, "{charged:?}");
+    let second = charged[1]["charge"].as_str().unwrap();
+    assert_eq!(other["text"], format!("charged cus_1 500 as {second}"));
 }
