@@ -23,9 +23,10 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v psql >/
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql postgresql-client >/dev/null
 fi
 
-# The MCP tests (tests/mcp.rs) run the official MCP SDKs as real peers; the test
-# support installs them into target/mcp-peers/ (pip and npm), given Python with venv and
-# Node.js with npm.
+# The MCP tests (tests/mcp.rs) run the official MCP SDKs as real peers, and the agent
+# runtime tests (tests/agents.rs) DBOS, LangGraph, the OpenAI Agents SDK and the Vercel
+# AI SDK; the test support installs them into target/mcp-peers/ and target/agent-peers/
+# (pip and npm), given Python with venv and Node.js with npm.
 need_apt=()
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3 python3-venv python3-pip)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)

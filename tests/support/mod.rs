@@ -2,6 +2,7 @@
 //! Each test binary uses a subset.
 #![allow(dead_code)]
 
+pub mod agents;
 pub mod env;
 pub mod faulty;
 pub mod harness;

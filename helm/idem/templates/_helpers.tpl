@@ -31,6 +31,16 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* The migrate hook's labels: not the selector labels, so that neither the Service nor
+     the PodDisruptionBudget ever selects its pod. */}}
+{{- define "idem.migrateLabels" -}}
+helm.sh/chart: {{ include "idem.chart" . }}
+app.kubernetes.io/name: {{ include "idem.name" . }}-migrate
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: migrate
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "idem.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "idem.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
