@@ -48,7 +48,8 @@ pub enum Phase {
         /// send and no renewal from now on.
         lost: bool,
         /// Took over a record with history (an unknown outcome, whose key was sent
-        /// before, or a stored failure): a failed send must not delete it.
+        /// before, or a stored failure): a failed send must not delete it, and
+        /// renewals before the send do not move its deadline.
         retried: bool,
         stage: Stage,
     },
@@ -155,7 +156,7 @@ pub struct Wire {
 pub struct State {
     /// The store; its clock is the true time.
     pub store: ModelStore,
-    /// The replica's copy of the record (Redis without `wait_replicas` only).
+    /// The replica's copy of the record (the Redis backends only).
     pub replica: Option<Record>,
     pub proxies: Vec<Phase>,
     /// Requests on their way to the upstream, sorted.
