@@ -18,12 +18,20 @@ pub enum Action {
     },
     Settle(usize),
     NewAttempt(usize),
+    /// The store's answer granting a lease reaches the proxy (`Config::answer_delay`).
+    Answer(usize),
     Send {
         proxy: usize,
         ok: bool,
     },
+    /// The request on the wire at this index reaches the upstream.
+    Deliver(usize),
     NotSent(usize),
-    Renew(usize),
+    /// `acked` false: applied, but its `WAIT` failed (`Backend::RedisWait` only).
+    Renew {
+        proxy: usize,
+        acked: bool,
+    },
     Complete(usize),
     CompleteFails {
         proxy: usize,
@@ -35,6 +43,8 @@ pub enum Action {
     Crash(usize),
     Replicate,
     FailOver,
+    /// Redis evicts the record (`Config::eviction`).
+    Evict,
     OperatorLook,
     OperatorResolve,
     Subscribe,
@@ -43,7 +53,8 @@ pub enum Action {
 
 /// The steps enabled in `s`, in a deterministic order.
 pub fn enabled(config: &Config, s: &State, out: &mut Vec<Action>) {
-    if s.now() < config.max_time {
+    // Time stops at the bound, and a request on the wire arrives by its `by`.
+    if s.now() < config.max_time && s.wire.iter().all(|w| w.by > s.now()) {
         out.push(Action::Tick);
     }
     if s.budget.requests > 0 {
@@ -80,13 +91,8 @@ fn proxy_steps(config: &Config, s: &State, p: usize, out: &mut Vec<Action>) {
         }
         Phase::Settling { .. } => out.push(Action::Settle(p)),
         Phase::NewAttempt { .. } => out.push(Action::NewAttempt(p)),
-        Phase::Owner {
-            token,
-            attempt,
-            stage,
-            ..
-        } => {
-            let record_ours = s.store.record().is_some_and(|r| r.token() == token);
+        Phase::Asked { .. } => out.push(Action::Answer(p)),
+        Phase::Owner { attempt, stage, .. } => {
             match stage {
                 Stage::Ready => {
                     if owner::may_send(config, s, p) {
@@ -100,6 +106,7 @@ fn proxy_steps(config: &Config, s: &State, p: usize, out: &mut Vec<Action>) {
                     }
                     out.push(Action::NotSent(p));
                 }
+                Stage::Sent => out.push(Action::TimeOut(p)),
                 Stage::Awaiting(_) => {
                     out.push(Action::Complete(p));
                     if s.budget.failed_writes > 0 {
@@ -121,17 +128,17 @@ fn proxy_steps(config: &Config, s: &State, p: usize, out: &mut Vec<Action>) {
                     }
                 }
             }
-            // Renewals run while the call is out: the request itself leaves within the
-            // lease that was granted for it (the model's send assumption).
-            let renewing = matches!(stage, Stage::Awaiting(_));
-            let lease_end = match s.store.record() {
-                Some(crate::record::Record::InProgress { lease_end, .. }) => lease_end,
-                _ => 0,
-            };
-            // Only renewals that move the lease's end change anything.
-            let at = crate::duplicate::judge_time(config, s, p);
-            if renewing && record_ours && lease_end != at + config.lease {
-                out.push(Action::Renew(p));
+            if owner::may_renew(config, s, p) {
+                out.push(Action::Renew {
+                    proxy: p,
+                    acked: true,
+                });
+                if config.backend == Backend::RedisWait {
+                    out.push(Action::Renew {
+                        proxy: p,
+                        acked: false,
+                    });
+                }
             }
         }
     }
@@ -141,11 +148,15 @@ fn proxy_steps(config: &Config, s: &State, p: usize, out: &mut Vec<Action>) {
 }
 
 fn environment_steps(config: &Config, s: &State, out: &mut Vec<Action>) {
-    if config.backend == Backend::RedisAsync && s.replica != s.store.record() {
+    out.extend((0..s.wire.len()).map(Action::Deliver));
+    if config.backend != Backend::Durable && s.replica != s.store.record() {
         out.push(Action::Replicate);
         if s.budget.failovers > 0 {
             out.push(Action::FailOver);
         }
+    }
+    if s.budget.evictions > 0 && s.store.record().is_some() {
+        out.push(Action::Evict);
     }
     if crate::environment::may_look(s) {
         out.push(Action::OperatorLook);

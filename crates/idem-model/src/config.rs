@@ -28,6 +28,21 @@ pub enum OnUnknown {
     Hold,
 }
 
+impl OnUnknown {
+    /// A route's default, as idem's `OnUnknown::default_for`: `hold` unless the route
+    /// declares how long the provider keeps its key (`upstream_key_window`), then
+    /// `retry` within that window less a lease (`RoutePolicy::retry_window`). `retry`
+    /// without a window is refused by `idem check`.
+    pub fn default_for(upstream_key_window: Option<Tick>, lease: Tick) -> OnUnknown {
+        match upstream_key_window {
+            Some(window) => OnUnknown::Retry {
+                window: window.saturating_sub(lease),
+            },
+            None => OnUnknown::Hold,
+        }
+    }
+}
+
 /// The store backend, as far as durability is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -38,6 +53,12 @@ pub enum Backend {
     /// Redis without `wait_replicas`: a write is acknowledged before it reaches the
     /// replica, and a failover reverts to the replica's last state.
     RedisAsync,
+    /// Redis with `wait_replicas`, its failovers modelled: every fenced write,
+    /// renewals included, is acknowledged only once the replica has it, so a failover
+    /// loses only writes whose `WAIT` failed (a renewal whose owner therefore did not
+    /// move its send deadline). [`Mutant::RenewalsNotWaited`] acknowledges renewals
+    /// before the replica has them, as idem did before issue 45.
+    RedisWait,
 }
 
 /// A deliberate bug: the checker must find a counterexample for each.
@@ -57,6 +78,18 @@ pub enum Mutant {
     CompletionRetryStopsAtLeaseEnd,
     /// 7. A waiter that reads the record before subscribing to its changes.
     ReadThenSubscribe,
+    /// Mutant 8, no send guard: an owner sends whenever it gets there, also after its
+    /// lease ended (a pause between reserving and writing the request), as idem did
+    /// before issue 45. (Mutant 9 is a delivery delay past the margin, a configuration.)
+    NoSendGuard,
+    /// Mutant 10, renewals not `WAIT`ed under [`Backend::RedisWait`]: a failover rolls
+    /// back a renewal the owner's send deadline counted on. (Mutant 11 is an eviction,
+    /// `Config::eviction`.)
+    RenewalsNotWaited,
+    /// Mutant 12, the send deadline counted from the store's answer instead of from
+    /// before the owner asked (with `Config::answer_delay`): it ends after the store's
+    /// lease.
+    DeadlineFromAnswer,
 }
 
 /// One model check's configuration.
@@ -91,10 +124,27 @@ pub struct Config {
     pub skew: Vec<i8>,
     /// Model a duplicate that waits for the completion (`on_concurrent: wait`).
     pub waiter: bool,
-    /// Whether an owner may send its call after its lease ended (a pause between the
-    /// last renewal and the send). Off: the assumption that a send leaves within the
-    /// lease it was made under; on shows why (see `tests/findings.rs`).
-    pub late_send: bool,
+    /// The send guard's margin (`src/upstream/gate.rs`): an owner writes its request
+    /// only while `now + margin` is before its deadline.
+    pub margin: Tick,
+    /// How long a written request may take to reach (and execute at) the upstream.
+    /// Safe while it is at most `margin`; more is a relaxed assumption (a mutant).
+    pub delivery_delay: Tick,
+    /// Whether a store's answer may reach the proxy later than the write applied (the
+    /// ask and the answer of a reservation as two steps); off, they are one step, which
+    /// the correct send guard makes equivalent (`duplicate::owner`).
+    pub answer_delay: bool,
+    /// Whether an acknowledged renewal before the send also moves the send deadline of
+    /// an attempt with history (taken over, its key sent before), as idem's gate does
+    /// today. Renewals go on while the owner connects, so the retried call may then
+    /// leave any time after its takeover, past the provider's key window, which the
+    /// store checked only at the takeover (`tests/findings.rs`). Off: such an attempt is
+    /// sent within the lease its takeover granted, or not at all.
+    pub renewals_move_retried_deadline: bool,
+    /// Whether the store may evict a record (Redis under a `maxmemory-policy` other than
+    /// `noeviction`): once. idem refuses to be ready on such a Redis, so the correct
+    /// configurations keep it off.
+    pub eviction: bool,
     /// Whether an owner that took over an unknown outcome and could not send deletes
     /// the record (idem's `Settle::Release` before the model found it), forgetting that
     /// the key was sent before. Off: it ends its lease instead, as idem now does (see
@@ -111,14 +161,19 @@ pub struct Config {
     pub mutant: Option<Mutant>,
 }
 
+/// The lease of [`Config::small`].
+const SMALL_LEASE: Tick = 2;
+
 /// The highest attempt number explored under `on_failure: retry`.
 pub const MAX_ATTEMPTS: u8 = 2;
 
 impl Config {
     /// The default, completely explored configuration for a route with `on_unknown`:
     /// 3 proxies, 3 requests, lease 2, time up to 5, one crash, one failed completion
-    /// write, one operator resolution. `Retry` routes get an upstream that deduplicates
-    /// for the key window plus a lease; the others an upstream that ignores the key.
+    /// write, one operator resolution, a send margin of one tick and requests that take
+    /// up to that tick to reach the upstream. `Retry` routes get an upstream that
+    /// deduplicates for the key window plus a lease; the others an upstream that
+    /// ignores the key.
     pub fn small(on_unknown: OnUnknown) -> Config {
         let upstream = match on_unknown {
             OnUnknown::Retry { window } => UpstreamKind::Dedup { window: window + 2 },
@@ -127,7 +182,7 @@ impl Config {
         Config {
             proxies: 3,
             requests: 3,
-            lease: 2,
+            lease: SMALL_LEASE,
             max_time: 5,
             upstream,
             on_unknown,
@@ -139,12 +194,22 @@ impl Config {
             failovers: 0,
             skew: vec![0; 3],
             waiter: false,
-            late_send: false,
+            margin: 1,
+            delivery_delay: 1,
+            answer_delay: false,
+            renewals_move_retried_deadline: false,
+            eviction: false,
             release_forgets_sent: false,
             decide_with_own_clock: false,
             takeover_checks_window: true,
             mutant: None,
         }
+    }
+
+    /// [`Config::small`] for a route as a user declares it: `upstream_key_window` or
+    /// none, `on_unknown` left to its default ([`OnUnknown::default_for`]).
+    pub fn route(upstream_key_window: Option<Tick>) -> Config {
+        Config::small(OnUnknown::default_for(upstream_key_window, SMALL_LEASE))
     }
 
     /// A proxy's wall clock at true time `now`.

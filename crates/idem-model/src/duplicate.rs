@@ -126,15 +126,60 @@ pub(crate) fn new_attempt(config: &Config, s: &mut State, p: usize, seen: Token)
     }
 }
 
-/// Proxy state right after the store granted `token` a lease. The proxy's timer (a
-/// monotonic duration, whatever its wall clock says) knows the lease ends `lease`
-/// ticks from now.
+/// Proxy state right after the store granted `token` a lease.
+///
+/// The send deadline is counted on the proxy's monotonic timer from *before* it asked
+/// the store (`SendGate::new(asked, lease)`). The store's write is one step here, at
+/// `now`: the ask came at `now` or earlier and the answer reaches the proxy at `now` or
+/// later. Taking the ask at `now` gives the latest deadline the code can hold, equal to
+/// the store's lease end, so every send the code allows the model allows too; and a
+/// proxy that has not read the answer yet is one that takes no step for a while, which
+/// the model already explores. With `Config::answer_delay` the answer is a step of its
+/// own ([`answer`]), and [`Mutant::DeadlineFromAnswer`] shows why the deadline must not
+/// be counted from it.
 fn owner(config: &Config, s: &State, token: Token, attempt: u8, retried: bool) -> Phase {
+    if config.answer_delay {
+        return Phase::Asked {
+            token,
+            attempt,
+            granted: s.now(),
+            retried,
+        };
+    }
     Phase::Owner {
         token,
         attempt,
         lease_until: s.now() + config.lease,
+        lost: false,
         retried,
         stage: Stage::Ready,
     }
+}
+
+/// The store's answer granting a lease reaches the proxy (`Config::answer_delay`). The
+/// deadline is a lease from when it asked, at the latest when the write applied; under
+/// [`Mutant::DeadlineFromAnswer`], from now.
+pub(crate) fn answer(config: &Config, s: &mut State, p: usize) {
+    let Phase::Asked {
+        token,
+        attempt,
+        granted,
+        retried,
+    } = s.proxies[p]
+    else {
+        unreachable!("answer is enabled only after an ask");
+    };
+    let from = if config.has(Mutant::DeadlineFromAnswer) {
+        s.now()
+    } else {
+        granted
+    };
+    s.proxies[p] = Phase::Owner {
+        token,
+        attempt,
+        lease_until: from + config.lease,
+        lost: false,
+        retried,
+        stage: Stage::Ready,
+    };
 }

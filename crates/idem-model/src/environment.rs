@@ -1,7 +1,8 @@
 //! Everything that acts on idem from outside a request: time passing, proxy crashes,
-//! Redis replication and failover, the operator resolving an unknown outcome, and the
-//! waiting duplicate's wake-up protocol.
+//! Redis replication, failover and eviction, the operator resolving an unknown outcome,
+//! and the waiting duplicate's wake-up protocol.
 
+use crate::action::Action;
 use crate::config::{Config, Mutant};
 use crate::record::{Record, Resolution};
 use crate::state::{Operator, Phase, Stage, State, Waiter};
@@ -12,14 +13,15 @@ pub(crate) fn tick(s: &mut State) {
     s.store.advance_clock(1);
 }
 
-/// Proxy `p` crashes and restarts with nothing in memory. A call it had sent has
-/// reached the upstream (`Stage::Awaiting`); one it had not, has not.
+/// Proxy `p` crashes and restarts with nothing in memory. A call it had written has
+/// reached the upstream or is on its way there (`Stage::Awaiting`, `Stage::Sent`); one
+/// it had not, never will.
 pub(crate) fn crash(s: &mut State, p: usize) {
     s.budget.crashes -= 1;
     if matches!(
         s.proxies[p],
         Phase::Owner {
-            stage: Stage::Awaiting(_),
+            stage: Stage::Awaiting(_) | Stage::Sent,
             ..
         }
     ) {
@@ -39,6 +41,28 @@ pub(crate) fn fail_over(s: &mut State) {
     s.budget.failovers -= 1;
     s.store.restore(s.replica);
     s.ghost.failed_over = true;
+}
+
+/// A step whose store write was acknowledged only once the replica had it
+/// (`owner::waited`) leaves the replica with the primary's record: replication is in
+/// order, so it carries every earlier write too.
+pub(crate) fn replicated_if_waited(
+    config: &Config,
+    s: &mut State,
+    action: Action,
+    before: Option<Record>,
+) {
+    if s.store.record() != before && crate::owner::waited(config, action) {
+        s.replica = s.store.record();
+    }
+}
+
+/// Redis evicts the record (a `maxmemory-policy` other than `noeviction`: every record
+/// has a TTL, so `volatile-*` policies may pick it). idem refuses to be ready on such a
+/// Redis; the eviction is replicated later, like any write.
+pub(crate) fn evict(s: &mut State) {
+    s.budget.evictions -= 1;
+    s.store.restore(None);
 }
 
 /// The operator lists an unknown outcome (in progress, lease ended by the store's

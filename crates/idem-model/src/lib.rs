@@ -4,9 +4,13 @@
 //! outcome and replays it to duplicates. This crate models that protocol with every
 //! lease judged on the **store's** clock, N proxies sharing one store, one intent and
 //! its duplicates, and the faults idem claims to survive (proxy crashes and pauses
-//! longer than a lease, failed completion writes, skewed proxy clocks, a Redis failover
-//! without `wait_replicas`), and checks the properties of [`properties`] over every
-//! reachable state. Each [`Mutant`] is a deliberate bug the checker must catch.
+//! longer than a lease, failed completion writes, skewed proxy clocks, requests that
+//! reach the upstream up to the send guard's margin late, store answers that reach the
+//! owner late, a Redis failover with or without `wait_replicas`), and checks the
+//! properties of [`properties`] over every reachable state. Each [`Mutant`] is a
+//! deliberate bug the checker must catch, and each assumption the code enforces rather
+//! than the model (the send guard's margin, no eviction) is a configuration whose
+//! relaxation the checker catches too.
 //!
 //! [`ModelStore`] is the pure state machine of one record under the store's
 //! operations, public so that a model-based test of the real stores can compare them

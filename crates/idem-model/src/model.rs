@@ -44,6 +44,7 @@ impl Model for IdemModel {
             store: ModelStore::with_bugs(c.lease, self.store_bugs()),
             replica: None,
             proxies: vec![Phase::Idle; c.proxies],
+            wire: Vec::new(),
             upstream: Upstream::new(MAX_ATTEMPTS),
             operator: Operator::Idle,
             waiter: Waiter::Idle,
@@ -53,6 +54,7 @@ impl Model for IdemModel {
                 failed_writes: c.failed_writes,
                 resolutions: c.resolutions,
                 failovers: c.failovers,
+                evictions: u8::from(c.eviction),
             },
             next_token: 0,
             ghost: Ghost::default(),
@@ -66,6 +68,7 @@ impl Model for IdemModel {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let c = &self.config;
         let mut s = last.clone();
+        let before = s.store.record();
         match action {
             Action::Tick => env::tick(&mut s),
             Action::Request(p) => duplicate::request(c, &mut s, p),
@@ -88,9 +91,11 @@ impl Model for IdemModel {
                 };
                 duplicate::new_attempt(c, &mut s, p, seen);
             }
+            Action::Answer(p) => duplicate::answer(c, &mut s, p),
             Action::Send { proxy, ok } => owner::send(c, &mut s, proxy, ok),
+            Action::Deliver(i) => owner::deliver(c, &mut s, i),
             Action::NotSent(p) => owner::not_sent(c, &mut s, p),
-            Action::Renew(p) => owner::renew(c, &mut s, p),
+            Action::Renew { proxy, acked } => owner::renew(c, &mut s, proxy, acked),
             Action::Complete(p) => owner::complete(c, &mut s, p),
             Action::CompleteFails { proxy, applied } => {
                 owner::complete_fails(c, &mut s, proxy, applied)
@@ -101,11 +106,13 @@ impl Model for IdemModel {
             Action::Crash(p) => env::crash(&mut s, p),
             Action::Replicate => env::replicate(&mut s),
             Action::FailOver => env::fail_over(&mut s),
+            Action::Evict => env::evict(&mut s),
             Action::OperatorLook => env::look(&mut s),
             Action::OperatorResolve => env::resolve(&mut s),
             Action::Subscribe => env::subscribe(&mut s),
             Action::WaiterRead => env::read(c, &mut s),
         }
+        env::replicated_if_waited(c, &mut s, action, before);
         Some(s)
     }
 

@@ -32,6 +32,8 @@ pub const RESOLVED: &str = "sometimes: an operator resolves an unknown outcome";
 pub const CRASH_IN_FLIGHT: &str = "sometimes: an owner crashes after sending";
 pub const WAITER_WOKEN: &str = "sometimes: a waiter is woken";
 pub const FAILED_OVER: &str = "sometimes: the store fails over";
+pub const WITHHELD: &str = "sometimes: the send guard withholds a call";
+pub const VANISHED: &str = "sometimes: a record vanishes under its owner";
 
 /// Every property, the safety ones first.
 pub fn all() -> Vec<Property<IdemModel>> {
@@ -58,6 +60,8 @@ pub fn all() -> Vec<Property<IdemModel>> {
             matches!(s.waiter, Waiter::Waiting { woken: true, .. })
         }),
         Property::sometimes(FAILED_OVER, |_, s: &State| s.ghost.failed_over),
+        Property::sometimes(WITHHELD, |_, s: &State| s.ghost.withheld),
+        Property::sometimes(VANISHED, |_, s: &State| s.ghost.vanished),
     ]
 }
 

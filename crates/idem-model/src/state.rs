@@ -29,14 +29,27 @@ pub enum Phase {
     NewAttempt {
         seen: Token,
     },
-    /// Owns the record under `token`; `lease_until` is the end of the last lease the
-    /// store granted it (true time), which the proxy knows from its own timer.
+    /// The store granted `token` a lease at `granted` (a reservation, takeover or new
+    /// attempt), and its answer has not reached the proxy yet (`Config::answer_delay`).
+    Asked {
+        token: Token,
+        attempt: u8,
+        granted: Tick,
+        retried: bool,
+    },
+    /// Owns the record under `token`; `lease_until` is its send deadline: the end of
+    /// the last lease the store granted it, counted on its own monotonic timer from
+    /// before it asked (true time, never later than the store's end).
     Owner {
         token: Token,
         attempt: u8,
         lease_until: Tick,
+        /// A renewal found the lease ended, taken over or gone (`SendGate::lose`): no
+        /// send and no renewal from now on.
+        lost: bool,
         /// Took over a record with history (an unknown outcome, whose key was sent
-        /// before, or a stored failure): a failed send must not delete it.
+        /// before, or a stored failure): a failed send must not delete it, and
+        /// renewals before the send do not move its deadline.
         retried: bool,
         stage: Stage,
     },
@@ -45,8 +58,10 @@ pub enum Phase {
 /// An owner's progress through its call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stage {
-    /// Reserved, not sent yet.
+    /// Reserved, not sent yet (connecting; renewals run).
     Ready,
+    /// Written; the request is on its way to the upstream (`State::wire`).
+    Sent,
     /// Sent; the upstream has answered `outcome` (the proxy has not read it yet).
     Awaiting(Outcome),
     /// The caller got `outcome` but storing it failed: retried in the background.
@@ -107,6 +122,11 @@ pub struct Ghost {
     pub resolved: bool,
     pub crashed_in_flight: bool,
     pub failed_over: bool,
+    /// An owner's fenced write found no record at all: it vanished (idem counts it as
+    /// `idem_records_vanished_total`, never as a takeover).
+    pub vanished: bool,
+    /// A renewal's or a send guard's refusal kept an owner from sending.
+    pub withheld: bool,
 }
 
 /// Fault and request budgets left.
@@ -117,15 +137,30 @@ pub struct Budget {
     pub failed_writes: u8,
     pub resolutions: u8,
     pub failovers: u8,
+    pub evictions: u8,
+}
+
+/// A request written to the upstream and not yet there: it executes at the latest at
+/// `by` (`Config::delivery_delay` after the guard passed), whatever its proxy does
+/// meanwhile (a crash does not call it back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Wire {
+    pub by: Tick,
+    /// The owner's token: its answer goes to the proxy still waiting under it.
+    pub token: Token,
+    pub attempt: u8,
+    pub ok: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     /// The store; its clock is the true time.
     pub store: ModelStore,
-    /// The replica's copy of the record (Redis without `wait_replicas` only).
+    /// The replica's copy of the record (the Redis backends only).
     pub replica: Option<Record>,
     pub proxies: Vec<Phase>,
+    /// Requests on their way to the upstream, sorted.
+    pub wire: Vec<Wire>,
     pub upstream: Upstream,
     pub operator: Operator,
     pub waiter: Waiter,

@@ -4,7 +4,7 @@
 //! (`tests/correct.rs`) have each fix in place.
 
 use idem_model::properties::*;
-use idem_model::{find, Backend, Config, OnUnknown};
+use idem_model::{find, Backend, Config, OnUnknown, UpstreamKind};
 
 fn counterexample(name: &str, config: Config, property: &'static str) {
     let (trace, report) = find(config, property);
@@ -52,21 +52,47 @@ fn reconcile_needs_the_decision_on_the_stores_clock() {
     counterexample("skewed decision, reconcile", config, AT_MOST_ONE_EFFECT);
 }
 
-/// The model's send assumption: a call leaves the proxy within the lease it was
-/// granted. Without it (a pause between reserving and sending longer than a lease),
-/// nothing in the store can stop a second execution at an upstream that ignores keys.
+/// Renewals go on while the owner connects, and each acknowledged one moves the send
+/// deadline (idem's `SendGate::renewed`). For an attempt taken over under `retry`, the
+/// store checked the key window only at the takeover: renewed past it, the retried call
+/// leaves any time later and reaches the provider after it forgot the key. The correct
+/// configurations send such an attempt within the lease its takeover granted.
 #[test]
-fn a_send_after_the_lease_ended_is_unfenced() {
-    let mut config = Config::small(OnUnknown::Reconcile);
-    config.late_send = true;
-    counterexample("late send", config, AT_MOST_ONE_EFFECT);
+fn renewals_must_not_move_a_retried_attempts_deadline() {
+    let mut config = Config::route(Some(5));
+    config.renewals_move_retried_deadline = true;
+    counterexample(
+        "renewed deadline of a retried attempt",
+        config,
+        AT_MOST_ONE_EFFECT,
+    );
 }
 
-/// Redis without `wait_replicas`: a failover loses an acknowledged write.
+/// The old default: `on_unknown: retry` on a route that declares no
+/// `upstream_key_window` (nothing says the provider deduplicates the key). An owner that
+/// dies after sending has its call sent again after the lease. `hold` is the default now
+/// (`correct::the_default_route_holds`), and `idem check` refuses `retry` without a
+/// window.
+#[test]
+fn retry_without_a_key_window_runs_the_call_again() {
+    // A window past the time bound: no limit.
+    let mut config = Config::small(OnUnknown::Retry { window: 100 });
+    config.upstream = UpstreamKind::IgnoresKey;
+    counterexample("retry without a window", config, AT_MOST_ONE_EFFECT);
+}
+
+/// Redis without `wait_replicas`: a failover loses an acknowledged write, and a
+/// renewal the owner's send deadline counted on (as mutant 10 does with `wait_replicas`
+/// for renewals only).
 #[test]
 fn a_failover_without_wait_replicas_loses_an_acknowledged_outcome() {
     let mut config = Config::small(OnUnknown::Reconcile);
     config.backend = Backend::RedisAsync;
     config.failovers = 1;
-    counterexample("failover without wait_replicas", config, ACKED_NEVER_LOST);
+    counterexample(
+        "failover without wait_replicas",
+        config.clone(),
+        ACKED_NEVER_LOST,
+    );
+    counterexample("failover without wait_replicas", config, AT_MOST_ONE_EFFECT);
 }

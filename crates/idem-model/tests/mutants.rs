@@ -1,12 +1,13 @@
 //! Each deliberate bug ([`Mutant`]) makes the checker fail: it finds a counterexample,
 //! printed as the shortest trace it found. Run with `--nocapture` to read them.
 
+use idem_model::action::Action;
 use idem_model::properties::*;
-use idem_model::{find, Config, Mutant, OnUnknown};
+use idem_model::{find, Backend, Config, Mutant, OnUnknown, Trace};
 
 /// Search `config` for a counterexample to `property`; assert one exists, print it,
-/// and return its length.
-fn caught(name: &str, config: Config, property: &'static str) -> usize {
+/// and return it.
+fn caught(name: &str, config: Config, property: &'static str) -> Trace {
     let (trace, report) = find(config, property);
     let trace = trace.unwrap_or_else(|| {
         panic!(
@@ -18,7 +19,7 @@ fn caught(name: &str, config: Config, property: &'static str) -> usize {
         "{name}: counterexample to \"{property}\" after {} states ({:.2?}), {trace}\n",
         report.unique_states, report.elapsed
     );
-    trace.actions.len()
+    trace
 }
 
 /// Reconcile at an upstream that ignores the key, proxy 1's wall clock a lease ahead.
@@ -99,4 +100,77 @@ fn m7_waiter_that_reads_before_subscribing() {
     config.waiter = true;
     let config = config.with(Mutant::ReadThenSubscribe);
     caught("read, then subscribe", config, WAITER_NOT_STRANDED);
+}
+
+/// An owner paused between reserving and writing its request sends after its lease
+/// ended, when the attempt may already have been taken over and sent again.
+#[test]
+fn m8_no_send_guard() {
+    let config = Config::route(None).with(Mutant::NoSendGuard);
+    caught("no send guard", config, AT_MOST_ONE_EFFECT);
+}
+
+/// A request that takes longer to reach the upstream than the guard's margin executes
+/// after the store's lease ended (the guard passed in time).
+#[test]
+fn m9_a_delivery_delay_past_the_margin() {
+    let mut config = Config::small(OnUnknown::Reconcile);
+    config.delivery_delay = config.margin + 1;
+    caught("delay past the margin", config, AT_MOST_ONE_EFFECT);
+    // No margin at all: a delay of one tick is enough.
+    let mut config = Config::small(OnUnknown::Reconcile);
+    config.margin = 0;
+    caught("no margin", config, AT_MOST_ONE_EFFECT);
+}
+
+/// Redis with `wait_replicas` whose renewals are not `WAIT`ed: a failover rolls back a
+/// renewal after the owner moved its send deadline on it.
+#[test]
+fn m10_renewals_not_waited() {
+    // `correct::durable_renewals_survive_a_failover` without the mutant.
+    let mut config = Config::small(OnUnknown::Reconcile);
+    config.backend = Backend::RedisWait;
+    config.failovers = 1;
+    config.resolutions = 0;
+    config.failed_writes = 0;
+    let trace = caught(
+        "renewals not WAITed",
+        config.with(Mutant::RenewalsNotWaited),
+        AT_MOST_ONE_EFFECT,
+    );
+    let steps = &trace.actions;
+    let renewed = steps
+        .iter()
+        .position(|a| matches!(a, Action::Renew { acked: true, .. }));
+    let failover = steps.iter().position(|a| *a == Action::FailOver);
+    assert!(
+        matches!((renewed, failover), (Some(r), Some(f)) if r < f),
+        "the counterexample rolls back an acknowledged renewal: {trace}"
+    );
+}
+
+/// A record that vanishes under its owner (Redis evicting it): the next request
+/// reserves afresh and runs the call again.
+#[test]
+fn m11_eviction() {
+    let mut config = Config::route(None);
+    config.eviction = true;
+    caught("eviction", config.clone(), AT_MOST_ONE_EFFECT);
+    // The owner's refused write then finds no record: counted as vanished (the
+    // correct configurations never reach this, `tests/correct.rs`).
+    let (vanished, _) = find(config, VANISHED);
+    println!(
+        "eviction: {}",
+        vanished.expect("an owner finds its record gone")
+    );
+}
+
+/// The send deadline counted from when the store's answer arrived, not from before
+/// the owner asked: a slow answer puts it past the store's lease end.
+#[test]
+fn m12_deadline_counted_from_the_answer() {
+    let mut config = Config::small(OnUnknown::Reconcile);
+    config.answer_delay = true;
+    let config = config.with(Mutant::DeadlineFromAnswer);
+    caught("deadline from the answer", config, AT_MOST_ONE_EFFECT);
 }
