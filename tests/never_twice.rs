@@ -258,11 +258,13 @@ async fn a_renewal_no_replica_acknowledged_does_not_extend_the_right_to_send() {
     release(points.path(), "owner_before_send");
     let answer = owner.await.unwrap().expect("answered");
     replica.resume();
-    assert_eq!(answer.status, 503, "{}", answer.text());
-    assert_eq!(answer.code(), "lease_lost", "{}", answer.text());
+    let logs = a.logs();
+    assert_eq!(answer.status, 503, "{}\n{logs}", answer.text());
+    assert_eq!(answer.code(), "lease_lost", "{}\n{logs}", answer.text());
     assert_eq!(upstream.executions("charge:inv_w"), 0, "nothing was sent");
     // Nothing ran, so a retry is sent (once).
-    let retry = eventually(Duration::from_secs(10), "a retry is sent", async || {
+    // Generous: the resumed replica catches up before the next reservation is acked.
+    let retry = eventually(Duration::from_secs(30), "a retry is sent", async || {
         let r = post(&a.url("/invoices/inv_w/charge"), &[], "{}").await;
         (r.status == 201).then_some(r)
     })

@@ -52,15 +52,19 @@ impl LeaseHolder {
         notify: bool,
         asked: Instant,
     ) -> Self {
+        let history = record.has_history();
         LeaseHolder {
-            history: record.has_history(),
+            history,
             cx,
             key,
             record,
             lease,
             retention,
             owned: true,
-            gate: SendGate::new(asked, lease),
+            gate: match history {
+                false => SendGate::new(asked, lease),
+                true => SendGate::fixed(asked, lease),
+            },
             notify,
         }
     }

@@ -35,6 +35,8 @@ struct State {
     /// When the lease ends, in µs after `base`.
     until_us: AtomicU64,
     margin: Duration,
+    /// Whether acknowledged renewals move the end (see [`SendGate::fixed`]).
+    renewable: bool,
     lost: AtomicBool,
     lost_wake: Notify,
 }
@@ -64,10 +66,25 @@ impl std::fmt::Display for Closed {
 impl SendGate {
     /// A lease of `lease` granted by a store write that was asked for at `asked`.
     pub fn new(asked: Instant, lease: Duration) -> SendGate {
+        SendGate::with(asked, lease, true)
+    }
+
+    /// As [`SendGate::new`], for an attempt that took over a record with history (an
+    /// unknown outcome retried under `upstream_key_window`, a stored failure retried):
+    /// renewals before the write keep the record but never move the right to send past
+    /// the lease the takeover granted. The store checked the key window at the takeover,
+    /// one lease before it closes; a deadline renewals kept moving would let the call
+    /// reach the provider after it forgot the key (the model's finding 6).
+    pub fn fixed(asked: Instant, lease: Duration) -> SendGate {
+        SendGate::with(asked, lease, false)
+    }
+
+    fn with(asked: Instant, lease: Duration, renewable: bool) -> SendGate {
         let state = State {
             base: asked,
             until_us: AtomicU64::new(micros(lease)),
             margin: margin(lease),
+            renewable,
             lost: AtomicBool::new(false),
             lost_wake: Notify::new(),
         };
@@ -75,8 +92,11 @@ impl SendGate {
     }
 
     /// An acknowledged renewal asked for at `asked` holds the lease until `asked +
-    /// lease`; the end only moves forward.
+    /// lease`; the end only moves forward, and not at all for a [`SendGate::fixed`].
     pub fn renewed(&self, asked: Instant, lease: Duration) {
+        if !self.0.renewable {
+            return;
+        }
         let until = micros(asked.saturating_duration_since(self.0.base) + lease);
         self.0.until_us.fetch_max(until, Ordering::AcqRel);
     }
@@ -142,6 +162,15 @@ mod tests {
         assert_eq!(late.check(), Ok(()));
         late.lose();
         assert_eq!(late.check(), Err(Closed::Lost));
+    }
+
+    #[test]
+    fn a_fixed_gate_keeps_the_takeovers_lease() {
+        let lease = Duration::from_secs(1);
+        let now = Instant::now();
+        let fixed = SendGate::fixed(now - Duration::from_millis(950), lease);
+        fixed.renewed(now, lease);
+        assert_eq!(fixed.check(), Err(Closed::Expired));
     }
 
     #[test]
