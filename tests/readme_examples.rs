@@ -249,14 +249,16 @@ async fn quick_start_examples_print_what_the_readme_shows() {
             .spawn()
             .expect("python3 examples/payments_api.py"),
     );
-    let _idem = Running(
+    // idem's stderr goes to a file, read at the end: a panic there fails the test.
+    let idem_log = dir.path().join("idem.stderr");
+    let idem = Running(
         Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["serve", "--config"])
             .arg(dir.path().join("idem.yaml"))
             .env("NO_COLOR", "1")
             .env_remove("IDEM_ADMIN_TOKEN")
             .env_remove("IDEM_STORE")
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&idem_log).unwrap())
             .spawn()
             .expect("idem serve"),
     );
@@ -296,4 +298,7 @@ async fn quick_start_examples_print_what_the_readme_shows() {
         }
     }
     assert!(ran >= 6, "only {ran} examples found");
+    drop(idem);
+    let log = std::fs::read_to_string(&idem_log).unwrap_or_default();
+    support::panics::assert_no_panic_in_log("idem serve (README examples)", &log);
 }
