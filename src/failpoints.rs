@@ -38,12 +38,3 @@ pub async fn pause_at(name: &str) {
     }
     tracing::warn!(failpoint = name, "released from a test failpoint");
 }
-
-/// `pause!("name")`: a test pause point in debug builds, nothing in release builds.
-#[macro_export]
-macro_rules! pause {
-    ($name:literal) => {
-        #[cfg(debug_assertions)]
-        $crate::failpoints::pause_at($name).await;
-    };
-}

@@ -50,6 +50,16 @@ pub mod config;
 pub mod demo;
 #[cfg(debug_assertions)]
 pub mod failpoints;
+
+/// `pause!("name")`: a test pause point (`failpoints.rs`) in debug builds; nothing at all
+/// in release builds. Defined here, outside the module, so it exists in both.
+#[macro_export]
+macro_rules! pause {
+    ($name:literal) => {
+        #[cfg(debug_assertions)]
+        $crate::failpoints::pause_at($name).await;
+    };
+}
 pub mod fast_hex;
 pub mod key;
 pub mod loadtest;
