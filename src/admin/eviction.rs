@@ -67,10 +67,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Why `/readyz` must say 503, if it must. Before the first check has read the
-/// policies, the probe reads them itself, so readiness is never reported on a guess.
-pub(super) async fn refusal(admin: &Admin) -> Option<String> {
-    if !admin.eviction.read.load(Ordering::Acquire) {
-        check_once(admin).await;
+/// policies, the probe reads them itself (again until `budget` is spent, as it pings),
+/// so readiness is never reported on a guess.
+pub(super) async fn refusal(admin: &Admin, budget: Duration) -> Option<String> {
+    let deadline = tokio::time::Instant::now() + budget;
+    while !admin.eviction.read.load(Ordering::Acquire) {
+        if !check_once(admin).await {
+            break;
+        }
+        let again = tokio::time::Instant::now() + Duration::from_millis(25);
+        if admin.eviction.read.load(Ordering::Acquire) || again >= deadline {
+            break;
+        }
+        tokio::time::sleep_until(again).await;
     }
     lock(&admin.eviction.refusal).clone()
 }

@@ -177,9 +177,6 @@ async fn ready(admin: &Admin) -> AdminResponse {
     if admin.draining.load(Ordering::Relaxed) {
         return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
     }
-    if let Some(why) = eviction::refusal(admin).await {
-        return text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
-    }
     // Ready when every worker's store connection answers: a worker whose connection is
     // still recovering would refuse its requests. A failed PING makes that connection
     // reconnect, so each is asked again until the probe's budget runs out.
@@ -194,8 +191,17 @@ async fn ready(admin: &Admin) -> AdminResponse {
         }
         Ok::<(), StoreError>(())
     };
-    match tokio::time::timeout(admin.store_timeout, all).await {
-        Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
+    // Then the store must keep its records (a Redis that may evict is not ready): read
+    // by the probe itself, within the rest of its budget, until the first check has.
+    let started = tokio::time::Instant::now();
+    let fit = async {
+        all.await?;
+        let left = budget.saturating_sub(started.elapsed());
+        Ok::<_, StoreError>(eviction::refusal(admin, left).await)
+    };
+    match tokio::time::timeout(admin.store_timeout, fit).await {
+        Ok(Ok(Some(why))) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        Ok(Ok(None)) => text(StatusCode::OK, "ready\n"),
         Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         Err(_) => text(
             StatusCode::SERVICE_UNAVAILABLE,
