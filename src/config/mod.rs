@@ -344,7 +344,8 @@ pub enum BodyFingerprint {
     Fields(Vec<FieldPath>),
 }
 
-/// Which upstream statuses are stored and replayed. 408/409/425/429 never are.
+/// Which upstream statuses are stored and replayed. 401/403/407 and 408/409/425/429
+/// never are ([`StatusSet::NEVER_STORED`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusSet {
     /// Whole classes: index 1..=5 for 1xx..5xx.
@@ -353,7 +354,10 @@ pub struct StatusSet {
 }
 
 impl StatusSet {
-    pub const NEVER_STORED: [u16; 4] = [408, 409, 425, 429];
+    /// Never stored, whatever `store_statuses` lists: 408/409/425/429 ask the caller to
+    /// retry; 401/403/407 refuse the *caller* (its credentials), not the intent, so a
+    /// stranger's refused call must not become the owner's stored answer (issue 46 §4).
+    pub const NEVER_STORED: [u16; 7] = [401, 403, 407, 408, 409, 425, 429];
 
     pub fn contains(&self, status: u16) -> bool {
         if Self::NEVER_STORED.contains(&status) {
