@@ -149,6 +149,10 @@ pub struct StoreConfig {
 pub struct EncryptionConfig {
     pub keys: Vec<(String, std::path::PathBuf)>,
     pub credential_key_file: Option<std::path::PathBuf>,
+    /// `accept_unsealed_until` (unix ms): an unsealed record created before it is read
+    /// as it is (written before encryption was turned on); any other unsealed record is
+    /// 409 `record_unreadable`. `None`: every unsealed record is (issue 46 §1).
+    pub accept_unsealed_until_ms: Option<u64>,
 }
 
 /// `store.backend` with that backend's own settings, and only those: a PostgreSQL or
