@@ -43,6 +43,11 @@ impl Intent {
         mcp: Option<&ToolCall>,
         sealing: &Sealing,
     ) -> Result<Option<Intent>, KeyError> {
+        // Before anything is derived or reserved; on a route that reads the body, the
+        // parse the key or the fingerprint makes anyway, so no extra cost.
+        if mcp.is_none() && policy.needs_body() && body.has_duplicate_member() {
+            return Err(KeyError::DuplicateMember);
+        }
         let view = RequestView {
             method: &parts.method,
             route: &policy.name,
@@ -113,6 +118,9 @@ pub fn key_problem(error: KeyError) -> Problem {
     match error {
         KeyError::BodyNotJson => problem::body_not_json(),
         KeyError::Invalid(reason) => problem::key_invalid(&reason),
+        KeyError::DuplicateMember => problem::invalid_body(
+            "a JSON object in it names the same member twice, which parsers read differently",
+        ),
     }
 }
 
