@@ -81,6 +81,19 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
             "no routes: every request is handled by `default` without idempotency",
         );
     }
+    let default = default.map_or(super::DefaultAction::Passthrough, |a| a.value);
+    if default == super::DefaultAction::Passthrough && !routes.is_empty() {
+        // Issue 46 §6: a request no route matches (a method or path the routes do not
+        // cover) is forwarded without idempotency, and runs as often as it is sent.
+        let at = f.get("default").map_or(f.pos(), |n| n.pos);
+        w.warn(
+            at,
+            "default",
+            "passthrough beside protected routes: a request no route matches is forwarded \
+             unprotected and runs again when repeated; for an API that is all side effects, \
+             set default: reject (404 for unmatched requests)",
+        );
+    }
     Some(Config {
         listen: listen.map_or(defaults::LISTEN, |a| a.value),
         server,
@@ -88,7 +101,7 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
         upstream: upstream?,
         store,
         telemetry,
-        default: default.map_or(super::DefaultAction::Passthrough, |a| a.value),
+        default,
         routes,
         warnings: Vec::new(),
         source: None,

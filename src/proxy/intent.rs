@@ -64,6 +64,12 @@ impl Intent {
             return Ok(None);
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        // As matching reads it (issue 46 §6): `/x/` repeating `/x` is a replay. Borrowed
+        // (one scan) for a path already in that form.
+        let path = match policy.fingerprint.path {
+            true => crate::path::normalised(path, policy.path.is_case_insensitive()),
+            false => std::borrow::Cow::Borrowed(path),
+        };
         let plain = credentials(policy, &parts.headers);
         let keyed = sealing.credential_hash(&plain);
         Ok(Some(Intent {
@@ -71,7 +77,7 @@ impl Intent {
             fingerprint: key::fingerprint_with(
                 &policy.fingerprint,
                 &parts.method,
-                path,
+                &path,
                 body,
                 mcp.map(|call| call.args_hash.as_bytes()),
             ),
