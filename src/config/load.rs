@@ -81,6 +81,22 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
             "no routes: every request is handled by `default` without idempotency",
         );
     }
+    if let (Some(read), Some(upstream)) = (server.body_read_timeout, &upstream) {
+        // A body still arriving when the upstream would have given up holds its buffer
+        // (and a `max_buffered_bytes` share) for nothing.
+        if read > upstream.timeout {
+            let at = f.get("server").map_or(f.pos(), |n| n.pos);
+            w.error(
+                at,
+                "server.body_read_timeout",
+                format!(
+                    "{} is longer than upstream.timeout ({}); a request body must arrive within the upstream's own timeout",
+                    humantime::format_duration(read),
+                    humantime::format_duration(upstream.timeout)
+                ),
+            );
+        }
+    }
     let default = default.map_or(super::DefaultAction::Passthrough, |a| a.value);
     if default == super::DefaultAction::Passthrough && !routes.is_empty() {
         // Issue 46 §6: a request no route matches (a method or path the routes do not

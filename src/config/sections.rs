@@ -111,8 +111,16 @@ pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
     if let Some(workers) = w.field(&f, "workers", parse_workers) {
         cfg.workers = workers.value;
     }
+    set(&mut cfg.http2, w.flag(&f, "http2").map(|a| a.value));
+    let streams = w.count(&f, "http2_max_streams");
+    set(&mut cfg.http2_max_streams, nonzero(w, streams));
+    let buffered = w.size(&f, "max_buffered_bytes");
+    set(&mut cfg.max_buffered_bytes, nonzero(w, buffered));
+    let body_read_timeout = w.duration(&f, "body_read_timeout");
+    cfg.body_read_timeout = nonzero(w, body_read_timeout);
     cfg
 }
+
 
 /// `auto` (one per usable CPU) or a whole number from 1 to 256.
 pub fn parse_workers(text: &str) -> Result<Option<usize>, String> {

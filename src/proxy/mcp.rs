@@ -47,7 +47,7 @@ pub async fn handle(
         HeaderHint::NeedBody => {}
     }
     let limit = inbound.policy.max_request_bytes;
-    let read = read_body(body, &inbound.parts.headers, limit, worker.upstream.timeout).await;
+    let read = read_body(body, &inbound.parts.headers, limit, worker).await;
     let view = match read {
         Ok(raw) => BodyView::new(raw),
         Err(p) => return Handled::answered(p.into_response(), Outcome::Rejected),
