@@ -368,3 +368,165 @@ async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
     assert_ne!(r.status, 400, "{}", r.text());
     assert_eq!(upstream.received().len(), 1);
 }
+
+// === §3 idle HTTP/2, the admin listener, server.http2 ===
+
+/// An h2c client connection (prior knowledge) to `addr`: the request sender and
+/// whether the connection has ended, once it has.
+async fn h2c(
+    addr: std::net::SocketAddr,
+) -> Result<
+    (
+        hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+        tokio::task::JoinHandle<()>,
+    ),
+    String,
+> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .map_err(|e| e.to_string())?;
+    let ended = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, ended))
+}
+
+async fn h2_get(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    uri: &str,
+) -> Result<u16, String> {
+    let req = http::Request::get(uri)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let r = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    Ok(r.status().as_u16())
+}
+
+/// An h2c connection with no open stream is closed after `header_read_timeout`, both
+/// before its first request and after its last (the client answers pings and settings
+/// as any HTTP/2 client does, so only idleness ends it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "server:\n  header_read_timeout: 1s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    let within = Duration::from_secs(5);
+    // Preface, then no request.
+    let (_sender, ended) = h2c(idem.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(within, ended)
+        .await
+        .expect("an idle h2c connection is closed")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    // A request, then idle.
+    let (mut sender, ended) = h2c(idem.addr).await.unwrap();
+    let u = url(&idem, "/status");
+    assert_eq!(h2_get(&mut sender, &u).await.unwrap(), 201);
+    tokio::time::timeout(within, ended)
+        .await
+        .expect("closed once idle after its last request")
+        .unwrap();
+    assert!(sender.send_request(http::Request::get(&u).body(Default::default()).unwrap()).await.is_err());
+}
+
+/// The admin listener speaks HTTP/1.1 only; `server.http2: false` turns h2c off on the
+/// main listener, whose HTTP/1.1 keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_and_http2_off_refuse_h2c() {
+    let upstream = MockUpstream::start().await;
+    let base = format!(
+        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let on = harness::start(&base).await;
+    let healthz = harness::admin_url(&on, "/healthz");
+    let refused = match h2c(on.admin_addr).await {
+        Ok((mut sender, _)) => h2_get(&mut sender, &healthz).await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "h2c on the admin listener");
+    assert_eq!(send("GET", &healthz, &[], "").await.status, 200);
+    let (mut sender, _) = h2c(on.addr).await.unwrap();
+    assert_eq!(h2_get(&mut sender, &url(&on, "/status")).await.unwrap(), 201);
+
+    let off = harness::start(&format!("server:\n  http2: false\n{base}")).await;
+    let u = url(&off, "/status");
+    let refused = match h2c(off.addr).await {
+        Ok((mut sender, _)) => h2_get(&mut sender, &u).await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "h2c with server.http2: false");
+    assert_eq!(send("GET", &u, &[], "").await.status, 201);
+}
+
+// === §5 memory held by buffered bodies ===
+
+/// `server.max_buffered_bytes` bounds the bodies held at once: while stalled bodies
+/// hold the budget, a new protected request is 503 `overloaded` with `Retry-After`
+/// (counted), nothing reserved; `server.body_read_timeout` ends a stalled body, which
+/// gives its share back, and the same request then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_bodies_share_one_budget() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "server:\n  max_buffered_bytes: 2KiB\n  body_read_timeout: 2s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    // Two stalled bodies of 1000 declared bytes: 100 sent, the rest never.
+    let mut stalled = Vec::new();
+    for n in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(idem.addr).await.unwrap();
+        let head = format!(
+            "POST /invoices/stall_{n}/charge HTTP/1.1\r\nhost: idem\r\ncontent-length: 1000\r\n\r\n{}",
+            "x".repeat(100)
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let u = url(&idem, "/invoices/inv_1/charge");
+    let body = format!("{{\"pad\":\"{}\"}}", "y".repeat(100));
+    let r = post(&u, &[], &body).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "overloaded");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "").await.text();
+    assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 1.0, "{m}");
+    assert_eq!(upstream.total_executions(), 0);
+    // The stalled bodies end at body_read_timeout; their share comes back.
+    support::poll::eventually(Duration::from_secs(10), "budget back", async || {
+        post(&u, &[], &body).await.status == 201
+    })
+    .await;
+    assert_eq!(upstream.executions("charge:inv_1"), 1);
+    drop(stalled);
+}
+
+/// `server.body_read_timeout` longer than `upstream.timeout` is refused by `idem check`.
+#[test]
+fn a_body_read_timeout_longer_than_the_upstreams_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idem.yaml");
+    let yaml = format!(
+        "server:\n  body_read_timeout: 40s\n  max_buffered_bytes: 64MiB\nupstream:\n  url: http://127.0.0.1:3000\n  timeout: 30s\ndefault: reject\n{CHARGE}"
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("server.body_read_timeout"), "{text}");
+}
