@@ -351,7 +351,12 @@ mod tests {
             assert!(b.json().is_none(), "{text}");
             assert!(b.has_duplicate_member(), "{text}");
         }
-        for text in [r#"{"a":1,"b":{"a":2}}"#, r#"[{"a":1},{"a":2}]"#, "not json", ""] {
+        for text in [
+            r#"{"a":1,"b":{"a":2}}"#,
+            r#"[{"a":1},{"a":2}]"#,
+            "not json",
+            "",
+        ] {
             assert!(!body(text).has_duplicate_member(), "{text}");
         }
         // The same value serde_json's own `Value` gives.

@@ -267,7 +267,11 @@ fn push_segment(out: &mut String, part: &str, lowercase: bool) {
             .flatten();
         match escape {
             Some(c) if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => {
-                out.push(char::from(if lowercase { c.to_ascii_lowercase() } else { c }));
+                out.push(char::from(if lowercase {
+                    c.to_ascii_lowercase()
+                } else {
+                    c
+                }));
                 i += 3;
             }
             Some(_) => {

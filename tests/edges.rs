@@ -45,7 +45,10 @@ fn key_file(dir: &Path) -> String {
     let file = dir.join("k1");
     let key = base64::engine::general_purpose::STANDARD.encode([6u8; 32]);
     std::fs::write(&file, key).unwrap();
-    format!("    keys:\n      - {{id: \"k1\", file: \"{}\"}}\n", file.display())
+    format!(
+        "    keys:\n      - {{id: \"k1\", file: \"{}\"}}\n",
+        file.display()
+    )
 }
 
 fn store_key(id: &str) -> idem::key::StoreKey {
@@ -97,7 +100,11 @@ async fn an_unsealed_record_is_unreadable_while_encryption_is_on() {
     );
     let hash = store_key("planted").to_string();
     assert!(sealed.logs().contains(&hash), "{}", sealed.logs());
-    assert!(sealed.logs().contains("stored unsealed"), "{}", sealed.logs());
+    assert!(
+        sealed.logs().contains("stored unsealed"),
+        "{}",
+        sealed.logs()
+    );
     // New intents are sealed and replay as usual.
     assert_eq!(charge(&sealed, "fresh").await.status, 201);
     assert!(charge(&sealed, "fresh").await.replayed());
@@ -110,9 +117,8 @@ async fn an_unsealed_record_is_unreadable_while_encryption_is_on() {
     drop(strict);
 
     // Dated after the record (encryption turned on later): read as it is.
-    let until = humantime::format_rfc3339_seconds(
-        std::time::SystemTime::now() + Duration::from_secs(3600),
-    );
+    let until =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3600));
     let after = format!("{keys}    accept_unsealed_until: {until}\n");
     let accepting = IdemProcess::spawn(&sealed_config(&env, Some(&after))).await;
     let replay = charge(&accepting, "planted").await;
@@ -245,8 +251,7 @@ fn check_warns_about_passthrough_beside_protected_routes() {
     let dir = tempfile::tempdir().unwrap();
     let check = |default: &str| {
         let file = dir.path().join("idem.yaml");
-        let yaml =
-            format!("upstream:\n  url: http://127.0.0.1:3000\n{default}{CHARGE}");
+        let yaml = format!("upstream:\n  url: http://127.0.0.1:3000\n{default}{CHARGE}");
         std::fs::write(&file, yaml).unwrap();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["check", "--config", file.to_str().unwrap()])
@@ -259,7 +264,10 @@ fn check_warns_about_passthrough_beside_protected_routes() {
     };
     for default in ["", "default: passthrough\n"] {
         let text = check(default);
-        assert!(text.contains("passthrough beside protected routes"), "{text}");
+        assert!(
+            text.contains("passthrough beside protected routes"),
+            "{text}"
+        );
         assert!(text.contains("default: reject"), "{text}");
     }
     let text = check("default: reject\n");
@@ -282,7 +290,10 @@ async fn a_body_with_a_duplicate_member_is_refused_before_any_reservation() {
     let idem = harness::start(&yaml).await;
     for (path, body) in [
         ("/invoices/inv_1/charge", r#"{"amount":100,"amount":1}"#),
-        ("/invoices/inv_1/charge", r#"{"lines":[{"sku":"a","qty":1,"qty":9}]}"#),
+        (
+            "/invoices/inv_1/charge",
+            r#"{"lines":[{"sku":"a","qty":1,"qty":9}]}"#,
+        ),
         ("/tickets", r#"{"customerId":"c1","customerId":"c2"}"#),
     ] {
         let r = post(&url(&idem, path), &[], body).await;
@@ -292,7 +303,12 @@ async fn a_body_with_a_duplicate_member_is_refused_before_any_reservation() {
     }
     assert_eq!(upstream.total_executions(), 0);
     // Nothing was reserved: the unambiguous request runs (not a 409 or a 422).
-    let ok = post(&url(&idem, "/invoices/inv_1/charge"), &[], r#"{"amount":100}"#).await;
+    let ok = post(
+        &url(&idem, "/invoices/inv_1/charge"),
+        &[],
+        r#"{"amount":100}"#,
+    )
+    .await;
     assert_eq!(ok.status, 201, "{}", ok.text());
     let ok = post(&url(&idem, "/tickets"), &[], r#"{"customerId":"c1"}"#).await;
     assert_eq!(ok.status, 201, "{}", ok.text());
@@ -353,12 +369,18 @@ async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
         .unwrap_or_else(|| panic!("{answers}"));
     assert_eq!(call["result"]["isError"], true, "{answers}");
     let text = call["result"]["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("charge_customer") && text.contains("of its own"), "{text}");
+    assert!(
+        text.contains("charge_customer") && text.contains("of its own"),
+        "{text}"
+    );
     let dup = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge_customer","name":"lookup","arguments":{}}}"#;
     let r = post(&u, &json, dup).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
-    assert_eq!(v["result"]["structuredContent"]["code"], "invalid_body", "{v}");
+    assert_eq!(
+        v["result"]["structuredContent"]["code"], "invalid_body",
+        "{v}"
+    );
     assert_eq!(upstream.received().len(), 0, "nothing forwarded");
 
     // Headers that agree: forwarded.
@@ -426,7 +448,11 @@ async fn idle_http2_connections_are_closed() {
         .await
         .expect("an idle h2c connection is closed")
         .unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
     // A request, then idle.
     let (mut sender, ended) = h2c(idem.addr).await.unwrap();
     let u = url(&idem, "/status");
@@ -435,7 +461,10 @@ async fn idle_http2_connections_are_closed() {
         .await
         .expect("closed once idle after its last request")
         .unwrap();
-    assert!(sender.send_request(http::Request::get(&u).body(Default::default()).unwrap()).await.is_err());
+    assert!(sender
+        .send_request(http::Request::get(&u).body(Default::default()).unwrap())
+        .await
+        .is_err());
 }
 
 /// The admin listener speaks HTTP/1.1 only; `server.http2: false` turns h2c off on the
@@ -456,7 +485,10 @@ async fn the_admin_listener_and_http2_off_refuse_h2c() {
     assert!(refused, "h2c on the admin listener");
     assert_eq!(send("GET", &healthz, &[], "").await.status, 200);
     let (mut sender, _) = h2c(on.addr).await.unwrap();
-    assert_eq!(h2_get(&mut sender, &url(&on, "/status")).await.unwrap(), 201);
+    assert_eq!(
+        h2_get(&mut sender, &url(&on, "/status")).await.unwrap(),
+        201
+    );
 
     let off = harness::start(&format!("server:\n  http2: false\n{base}")).await;
     let u = url(&off, "/status");
@@ -501,7 +533,9 @@ async fn buffered_bodies_share_one_budget() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.code(), "overloaded");
     assert_eq!(r.header("retry-after"), Some("1"));
-    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "").await.text();
+    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "")
+        .await
+        .text();
     assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 1.0, "{m}");
     assert_eq!(upstream.total_executions(), 0);
     // The stalled bodies end at body_read_timeout; their share comes back.
@@ -527,6 +561,7 @@ fn a_body_read_timeout_longer_than_the_upstreams_is_refused() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("server.body_read_timeout"), "{text}");
 }

@@ -42,8 +42,8 @@ use std::time::Duration;
 
 use http::{header, Method, Request, StatusCode};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::server::conn::http1;
+use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -121,7 +121,9 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
                 return;
             };
             let mut builder = http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(timeout);
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeout);
             let io = TokioIo::new(crate::server::Prefixed::new(first, stream));
             let _ = builder.serve_connection(io, service).await;
         });

@@ -121,7 +121,6 @@ pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
     cfg
 }
 
-
 /// `auto` (one per usable CPU) or a whole number from 1 to 256.
 pub fn parse_workers(text: &str) -> Result<Option<usize>, String> {
     match text.trim() {

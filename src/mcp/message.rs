@@ -201,9 +201,8 @@ fn classify_batch(batch: &[Value], route: &McpRoute, modern: bool) -> Message {
     let protected_tool = |message: &Value| {
         let params = message.get("params");
         let tool = params.and_then(|p| p.get("name")).and_then(Value::as_str)?;
-        (message.get("method").and_then(Value::as_str) == Some(TOOLS_CALL)
-            && route.protects(tool))
-        .then(|| tool.to_owned())
+        (message.get("method").and_then(Value::as_str) == Some(TOOLS_CALL) && route.protects(tool))
+            .then(|| tool.to_owned())
     };
     if !batch.iter().any(|m| protected_tool(m).is_some()) {
         return Message::Other;
@@ -212,7 +211,9 @@ fn classify_batch(batch: &[Value], route: &McpRoute, modern: bool) -> Message {
         .iter()
         .filter(|m| m.get("method").is_some())
         .filter_map(|m| match m.get("id") {
-            Some(id @ (Value::String(_) | Value::Number(_))) => Some((id.clone(), protected_tool(m))),
+            Some(id @ (Value::String(_) | Value::Number(_))) => {
+                Some((id.clone(), protected_tool(m)))
+            }
             _ => None,
         })
         .collect();

@@ -83,7 +83,11 @@ impl Capture {
             return;
         }
         let len = self.buf.len() + chunk.len();
-        if len > self.limit || !self.buffers.cover(&mut self.held, len.max(self.buf.capacity())) {
+        if len > self.limit
+            || !self
+                .buffers
+                .cover(&mut self.held, len.max(self.buf.capacity()))
+        {
             if len <= self.limit {
                 self.buffers.dropped.inc();
             }

@@ -11,10 +11,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
-use serde_json::Value;
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::body::{full, stream, ProxyBody, UpstreamBody};
@@ -22,6 +22,7 @@ use super::context::RequestContext;
 use super::decide::Exchanged;
 use super::exchange::{self, ToolsListAnswer};
 use super::forward::upstream_request;
+use super::headers::APPLICATION_JSON;
 use super::idempotency::{protect_read, Inbound};
 use super::intent::read_body;
 use super::outbound::Outbound;
@@ -29,9 +30,8 @@ use super::problem::{self, ProblemFormat};
 use super::{Handled, Worker};
 use crate::body::BodyView;
 use crate::mcp::sse::is_event_stream;
-use super::headers::APPLICATION_JSON;
-use crate::mcp::{answer, classify, hint, tools_list, HeaderHint, McpRoute, Message, Refusal};
 use crate::mcp::HEADER_MISMATCH;
+use crate::mcp::{answer, classify, hint, tools_list, HeaderHint, McpRoute, Message, Refusal};
 use crate::upstream::ResponseBody;
 use crate::vocabulary::Outcome;
 

@@ -15,7 +15,11 @@ use crate::store::StoredResponse;
 /// `store_headers.exclude`), whatever the record holds: idem never writes them, so a
 /// record that has them was written by someone else (issue 46 §1, a second line of
 /// defence behind sealing).
-pub fn replay(stored: &StoredResponse, body: &Bytes, exclude: &[HeaderName]) -> Response<ProxyBody> {
+pub fn replay(
+    stored: &StoredResponse,
+    body: &Bytes,
+    exclude: &[HeaderName],
+) -> Response<ProxyBody> {
     let mut response = Response::new(full(body.clone()));
     *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let headers = response.headers_mut();
@@ -79,7 +83,10 @@ mod tests {
         assert_eq!(r.status(), 201);
         assert_eq!(r.headers()["idempotent-replayed"], "true");
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
-        assert!(r.headers().get(header::SET_COOKIE).is_none(), "never replayed");
+        assert!(
+            r.headers().get(header::SET_COOKIE).is_none(),
+            "never replayed"
+        );
         assert!(r.headers().get("x-session-token").is_none(), "excluded");
     }
 }

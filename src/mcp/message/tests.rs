@@ -88,10 +88,16 @@ fn headers_that_disagree_with_the_body_are_refused() {
     let wrong_method = headers(&[(&MCP_METHOD, "tools/list")]);
     assert!(refused(&wrong_method, &body).is_some());
     let agreeing = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "charge_customer")]);
-    assert!(matches!(classify(&body, &agreeing, &r), Message::ToolCall(_)));
+    assert!(matches!(
+        classify(&body, &agreeing, &r),
+        Message::ToolCall(_)
+    ));
     // `=?base64?…?=`: "charge_customer".
     let encoded = headers(&[(&MCP_NAME, "=?base64?Y2hhcmdlX2N1c3RvbWVy?=")]);
-    assert!(matches!(classify(&body, &encoded, &r), Message::ToolCall(_)));
+    assert!(matches!(
+        classify(&body, &encoded, &r),
+        Message::ToolCall(_)
+    ));
     let unprotected = call("1", "lookup", "{}", "{}");
     let named = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "lookup")]);
     assert!(matches!(classify(&unprotected, &named, &r), Message::Other));
@@ -117,7 +123,10 @@ fn batches_with_a_protected_call_and_duplicate_members_are_refused() {
     let harmless = BodyView::new(Bytes::from_static(
         br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"}}]"#,
     ));
-    assert!(matches!(classify(&harmless, &HeaderMap::new(), &r), Message::Other));
+    assert!(matches!(
+        classify(&harmless, &HeaderMap::new(), &r),
+        Message::Other
+    ));
     let twice = BodyView::new(Bytes::from_static(
         br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"charge_customer","name":"lookup"}}"#,
     ));

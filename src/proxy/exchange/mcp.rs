@@ -20,10 +20,10 @@ use crate::mcp::answer::{self, Final};
 use crate::mcp::message::MCP_SESSION_ID;
 use crate::mcp::sse::{is_event_stream, EventSplitter};
 use crate::mcp::ToolCall;
-use crate::proxy::Buffers;
 use crate::proxy::capture::{stored_headers, Capture};
 use crate::proxy::decide::Exchanged;
 use crate::proxy::headers::APPLICATION_JSON;
+use crate::proxy::Buffers;
 use crate::store::StoredResponse;
 
 pub struct McpAnswer<'c> {

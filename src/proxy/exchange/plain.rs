@@ -8,8 +8,8 @@ use http_body::SizeHint;
 use super::Answer;
 use crate::config::RoutePolicy;
 use crate::proxy::capture::{stored_headers, Capture};
-use crate::proxy::Buffers;
 use crate::proxy::decide::{settle, Exchanged, Settle};
+use crate::proxy::Buffers;
 use crate::store::StoredResponse;
 
 pub struct StatusAnswer<'p> {
