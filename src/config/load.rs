@@ -97,6 +97,20 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
             );
         }
     }
+    for (i, route) in routes.iter().enumerate() {
+        // Such a body could never be read: a permanent refusal dressed as a 503.
+        if route.max_request_bytes > server.max_buffered_bytes {
+            let at = f.get("routes").map_or(f.pos(), |n| n.pos);
+            w.warn(
+                at,
+                &format!("routes[{i}].max_request_bytes"),
+                format!(
+                    "route {:?} accepts bodies of {} bytes, more than server.max_buffered_bytes ({}): such a body is always 503 overloaded; raise max_buffered_bytes",
+                    route.name, route.max_request_bytes, server.max_buffered_bytes
+                ),
+            );
+        }
+    }
     let default = default.map_or(super::DefaultAction::Passthrough, |a| a.value);
     if default == super::DefaultAction::Passthrough && !routes.is_empty() {
         // Issue 46 §6: a request no route matches (a method or path the routes do not

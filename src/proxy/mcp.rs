@@ -74,7 +74,10 @@ fn refused(refusal: Refusal) -> Response<ProxyBody> {
             json(StatusCode::BAD_REQUEST, &error)
         }
         Refusal::Batch { requests, modern } => {
-            let protected: Vec<&str> = requests.iter().filter_map(|(_, t)| t.as_deref()).collect();
+            let mut protected: Vec<&str> =
+                requests.iter().filter_map(|(_, t)| t.as_deref()).collect();
+            protected.sort_unstable();
+            protected.dedup();
             let alone = protected.join(", ");
             let p = problem::invalid_body(&format!(
                 "it is a JSON-RPC batch holding a call to {alone}, which idem makes safe to \

@@ -374,3 +374,35 @@ fn store_headers_are_read() {
     has(&errors(&format!("{MINIMAL}routes:\n  - name: charge\n    path: /c\n    key: k\n    store_headers: [a]\n")), "expected a map");
     has(&errors(&format!("{MINIMAL}routes:\n  - name: charge\n    path: /c\n    key: k\n    store_headers: {{exclud: [a]}}\n")), "did you mean \"exclude\"");
 }
+
+#[test]
+fn a_body_limit_over_the_buffer_budget_warns() {
+    let c = ok(&format!(
+        "{MINIMAL}server:\n  max_buffered_bytes: 1MiB\ndefault: reject\nroutes:\n  - {{name: big, path: /b, key: \"{{method}}\", max_request_bytes: 2MiB}}\n  - {{name: small, path: /s, key: \"{{method}}\"}}\n"
+    ));
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].contains("routes[0].max_request_bytes")
+            && c.warnings[0].contains("always 503"),
+        "{:?}",
+        c.warnings
+    );
+    let c = ok(&format!(
+        "{MINIMAL}server:\n  body_read_timeout: 5s\n  http2: false\n  http2_max_streams: 10\n"
+    ));
+    assert_eq!(
+        c.server.body_read_timeout(&c.upstream),
+        std::time::Duration::from_secs(5)
+    );
+    assert!(!c.server.http2);
+    assert_eq!(c.server.http2_max_streams, 10);
+    let c = ok(
+        &format!("{MINIMAL}upstream:\n  url: http://127.0.0.1:3000\n  timeout: 3s\n")
+            .replacen(MINIMAL, "", 1),
+    );
+    assert_eq!(
+        c.server.body_read_timeout(&c.upstream),
+        std::time::Duration::from_secs(3)
+    );
+    assert_eq!(c.server.max_buffered_bytes, 64 << 20);
+}
