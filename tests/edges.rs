@@ -565,3 +565,34 @@ fn a_body_read_timeout_longer_than_the_upstreams_is_refused() {
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("server.body_read_timeout"), "{text}");
 }
+
+/// Stored responses do not hold the budget: the memory store keeps a record's body for
+/// its retention, and the budget is for bodies in flight. Many intents whose answers
+/// together exceed `max_buffered_bytes` all run, store and replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_responses_do_not_hold_the_budget() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "server:\n  max_buffered_bytes: 2KiB\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    let big = [("x-mock-body-bytes", "600")];
+    for n in 0..10 {
+        let u = url(&idem, &format!("/invoices/big_{n}/charge"));
+        let first = post(&u, &big, "{}").await;
+        assert_eq!(first.status, 201, "{n}: {}", first.text());
+        let again = post(&u, &big, "{}").await;
+        assert!(again.replayed(), "{n}: {} {}", again.status, again.text());
+        assert_eq!(again.body.len(), 600);
+    }
+    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "")
+        .await
+        .text();
+    assert_eq!(
+        metric_sum(&m, "idem_overloaded_responses_total"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 0.0, "{m}");
+}

@@ -14,6 +14,8 @@
 //!   `max_response_bytes` is: the caller still gets the whole response, the record says
 //!   "completed, body not stored", and a repeat gets 409 `response_not_stored` — never a
 //!   second execution. The process stays within its limit instead of being OOM-killed.
+//!   A complete copy gives its share back at once: the memory store keeps a record's
+//!   body for `retention`, bounded by `store.memory.max_records`, not by this budget.
 //!
 //! Bodies idem only streams (passthrough, unprotected forwards) are not buffered and
 //! take nothing from it.

@@ -250,8 +250,9 @@ pub fn response_not_stored(status: u16) -> Problem {
         "Response not stored",
         format!(
             "This request was already executed and completed with status {status}, but its \
-             response was too large to store. It will not be executed again. Look up the result \
-             through the API instead of repeating this request."
+             response was not stored (too large, or the proxy was holding too many bodies at \
+             the time). It will not be executed again. Look up the result through the API \
+             instead of repeating this request."
         ),
     )
 }
