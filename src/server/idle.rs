@@ -92,26 +92,48 @@ pub(super) struct Counted<S> {
 impl<S, B> Service<Request<Incoming>> for Counted<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>>,
-    S::Future: Send + 'static,
 {
     type Response = Response<Tracked<B>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = CountedFuture<S::Future>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let open = self.streams.opened();
-        let answer = self.service.call(req);
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(response.map(|body| Tracked { body, _open: open }))
-        })
+        CountedFuture {
+            open: Some(self.streams.opened()),
+            answer: self.service.call(req),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The service's answer, its body then counted as the open stream (no allocation:
+    /// a boxed future per request would cost every h2c request one).
+    pub(super) struct CountedFuture<F> {
+        open: Option<Open>,
+        #[pin]
+        answer: F,
+    }
+}
+
+impl<F, B, E> Future for CountedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<Tracked<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.answer.poll(cx))?;
+        // Polled once more only if hyper misbehaves: then the stream counts as ended.
+        let open = this.open.take();
+        Poll::Ready(Ok(response.map(|body| Tracked { body, _open: open })))
     }
 }
 
 /// A response body that keeps its stream counted as open until hyper drops it.
 pub(super) struct Tracked<B> {
     body: B,
-    _open: Open,
+    _open: Option<Open>,
 }
 
 impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
