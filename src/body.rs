@@ -7,8 +7,19 @@
 //! would make two different requests look identical (a wrong replay), so a body with a
 //! number that does not survive parsing exactly is flagged, and fingerprints fall back
 //! to its raw bytes.
+//!
+//! # Duplicate members
+//! JSON parsers disagree on `{"amount":100,"amount":1}`: serde_json keeps the last, many
+//! others the first. idem and the upstream must read the same request, so the parse
+//! idem already does ([`BodyView::json`]) refuses duplicates at any depth: such a body
+//! is not JSON to idem, and [`BodyView::has_duplicate_member`] says why, for the 400
+//! `invalid_body` of the routes that read the body (issue 46 §8). The check is the
+//! return value of the map insert the parse makes anyway: no second pass.
 
+use std::fmt;
 use std::sync::OnceLock;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -19,7 +30,7 @@ use crate::canonical;
 #[derive(Debug, Default)]
 pub struct BodyView {
     raw: Bytes,
-    json: OnceLock<Option<Value>>,
+    json: OnceLock<Parsed>,
     /// Computed on first use: every number token survives parsing unchanged.
     exact: OnceLock<bool>,
     /// Canonical JSON of an exact JSON body, computed on first use.
@@ -39,17 +50,28 @@ impl BodyView {
     }
 
     /// The body as JSON, or `None` if it is empty or not valid JSON (including nesting
-    /// deeper than serde_json's recursion limit of 128).
+    /// deeper than serde_json's recursion limit of 128, and an object with a duplicate
+    /// member: see the module doc).
     pub fn json(&self) -> Option<&Value> {
-        self.json
-            .get_or_init(|| {
-                if self.raw.is_empty() {
-                    None
-                } else {
-                    serde_json::from_slice(&self.raw).ok()
-                }
-            })
-            .as_ref()
+        match self.parsed() {
+            Parsed::Json(value) => Some(value),
+            Parsed::NotJson | Parsed::Duplicate => None,
+        }
+    }
+
+    /// Whether the body is JSON but for an object with a duplicate member, at any depth.
+    pub fn has_duplicate_member(&self) -> bool {
+        matches!(self.parsed(), Parsed::Duplicate)
+    }
+
+    fn parsed(&self) -> &Parsed {
+        self.json.get_or_init(|| {
+            if self.raw.is_empty() {
+                Parsed::NotJson
+            } else {
+                parse_unique(&self.raw)
+            }
+        })
     }
 
     /// Whether every number in the (JSON) body is represented exactly by [`Self::json`]
@@ -77,6 +99,109 @@ impl BodyView {
             Some(bytes) => (true, bytes),
             None => (false, &self.raw),
         }
+    }
+}
+
+// === duplicate members ===
+
+/// The body parsed once: JSON, not JSON, or JSON with a duplicate member.
+#[derive(Debug)]
+enum Parsed {
+    Json(Value),
+    NotJson,
+    Duplicate,
+}
+
+/// The message of the one data error [`Unique`] raises (serde_json's own errors for a
+/// `Value` are syntax or end-of-input errors).
+const DUPLICATE: &str = "duplicate member";
+
+/// Parse `raw` as serde_json's `Value` would, refusing an object with a duplicate member.
+fn parse_unique(raw: &[u8]) -> Parsed {
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let value = match Unique.deserialize(&mut de) {
+        Ok(value) => value,
+        Err(e) if e.classify() == serde_json::error::Category::Data => return Parsed::Duplicate,
+        Err(_) => return Parsed::NotJson,
+    };
+    match de.end() {
+        Ok(()) => Parsed::Json(value),
+        Err(_) => Parsed::NotJson,
+    }
+}
+
+/// A `serde_json::Value`, built the way its own `Deserialize` builds it, but failing on
+/// a member name seen twice in one object.
+struct Unique;
+
+impl<'de> DeserializeSeed<'de> for Unique {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unique {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Unique.deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element_seed(Unique)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Unique)?;
+            if members.insert(name, value).is_some() {
+                return Err(de::Error::custom(DUPLICATE));
+            }
+        }
+        Ok(Value::Object(members))
     }
 }
 
@@ -212,6 +337,33 @@ mod tests {
         assert!(body("  ").json().is_none());
         assert!(body("a=1&b=2").json().is_none());
         assert!(body(r#"{"a":1"#).json().is_none());
+    }
+
+    #[test]
+    fn duplicate_members_at_any_depth_are_refused() {
+        for text in [
+            r#"{"amount":100,"amount":1}"#,
+            r#"{"a":{"b":1,"b":1}}"#,
+            r#"[{"x":[{"k":1,"k":2}]}]"#,
+            r#"{"a\u0062":1,"ab":2}"#,
+        ] {
+            let b = body(text);
+            assert!(b.json().is_none(), "{text}");
+            assert!(b.has_duplicate_member(), "{text}");
+        }
+        for text in [
+            r#"{"a":1,"b":{"a":2}}"#,
+            r#"[{"a":1},{"a":2}]"#,
+            "not json",
+            "",
+        ] {
+            assert!(!body(text).has_duplicate_member(), "{text}");
+        }
+        // The same value serde_json's own `Value` gives.
+        let text = r#"{"a":[1,-2,2.5,1e-3,"s",null,true,{"b":{}}],"c":18446744073709551615}"#;
+        let b = body(text);
+        let plain: Option<Value> = serde_json::from_str(text).ok();
+        assert_eq!(b.json(), plain.as_ref());
     }
 
     #[test]

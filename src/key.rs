@@ -34,6 +34,10 @@ pub enum KeyError {
     Invalid(String),
     #[error("the key uses the request body, but the body is not JSON")]
     BodyNotJson,
+    /// The route reads the body and it has an object with a member named twice: idem
+    /// and the upstream could read two different requests (issue 46 §8).
+    #[error("the body has a duplicate JSON member")]
+    DuplicateMember,
 }
 
 impl From<RenderError> for KeyError {

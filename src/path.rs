@@ -7,12 +7,16 @@
 //!   or more segments, so `/{path*}` matches every path, `/` included).
 //! - Request segments are percent-decoded before comparison, so `/%63harge` matches the
 //!   literal `charge` (an encoded literal must not slip past a protected route).
-//!   Comparison is case-sensitive (RFC 3986 paths are).
-//! - Trailing slashes are significant: `/emails` does not match `/emails/` and vice
-//!   versa. A wildcard is the exception: `/files/{rest*}` matches `/files` and `/files/`
-//!   (both capture the empty string).
-//! - No dot-segment normalisation (`/a/../b`): hyper does not do it either, and the
-//!   upstream receives the path unchanged.
+//!   Comparison is case-sensitive (RFC 3986 paths are), unless the route sets
+//!   `path_case: insensitive` ([`PathTemplate::case_insensitive`]).
+//! - Empty segments (a trailing slash, repeated slashes) and `.` segments (`%2e` too)
+//!   are skipped, on both sides: `/invoices/1/charge/`, `//invoices/1/charge` and
+//!   `/./invoices/1/charge` match `/invoices/{id}/charge`, as the frameworks behind idem
+//!   route them to the same handler (issue 46 §6: a variant must not skip protection).
+//!   The upstream still receives the path as sent; the fingerprint reads
+//!   [`normalised`], so such a variant of a repeat is a replay.
+//! - No `..` resolution: hyper does not do it either, and a path with `..` matches only a
+//!   template that has a capture or wildcard there.
 //! - A miss allocates nothing: the path is checked first, captures are built only for a
 //!   match.
 
@@ -25,6 +29,8 @@ use percent_encoding::percent_decode_str;
 pub struct PathTemplate {
     source: String,
     segments: Vec<Segment>,
+    /// `path_case: insensitive`: literals compare ASCII case-insensitively.
+    case_insensitive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,12 +71,28 @@ impl PathTemplate {
                     ));
                 }
             }
-            segments.push(segment);
+            // A trailing slash is not a segment: requests are matched without theirs.
+            if !matches!(&segment, Segment::Literal(l) if l.is_empty()) {
+                segments.push(segment);
+            }
         }
         Ok(PathTemplate {
             source: text.to_owned(),
             segments,
+            case_insensitive: false,
         })
+    }
+
+    /// The template with literals compared ASCII case-insensitively (`path_case:
+    /// insensitive`).
+    pub fn case_insensitive(mut self) -> PathTemplate {
+        self.case_insensitive = true;
+        self
+    }
+
+    /// Whether literals compare ASCII case-insensitively.
+    pub fn is_case_insensitive(&self) -> bool {
+        self.case_insensitive
     }
 
     pub fn as_str(&self) -> &str {
@@ -95,19 +117,26 @@ impl PathTemplate {
 
     /// The allocation-free check. `rest` is the path without its leading `/`.
     fn is_match(&self, rest: &str) -> bool {
-        let mut parts = rest.split('/');
+        let mut parts = Significant::new(rest);
         for segment in &self.segments {
             let part = match (segment, parts.next()) {
                 (Segment::Wildcard(_), _) => return true,
                 (_, None) => return false,
-                (_, Some(part)) => part,
+                (_, Some((part, _))) => part,
             };
-            let ok = match segment {
-                Segment::Literal(lit) => percent_decode_str(part).eq(lit.bytes()),
-                _ => !part.is_empty(),
-            };
-            if !ok {
-                return false;
+            if let Segment::Literal(lit) = segment {
+                let ok = match self.case_insensitive {
+                    false => percent_decode_str(part).eq(lit.bytes()),
+                    true => {
+                        let mut decoded = percent_decode_str(part);
+                        lit.bytes()
+                            .all(|b| decoded.next().is_some_and(|c| c.eq_ignore_ascii_case(&b)))
+                            && decoded.next().is_none()
+                    }
+                };
+                if !ok {
+                    return false;
+                }
             }
         }
         parts.next().is_none()
@@ -116,24 +145,154 @@ impl PathTemplate {
     /// Build captures for a path already known to match.
     fn collect_captures(&self, rest: &str) -> Captures {
         let mut out = Vec::new();
-        let mut remaining = rest;
+        let mut parts = Significant::new(rest);
         for segment in &self.segments {
-            let (part, after) = match remaining.split_once('/') {
-                Some((part, after)) => (part, after),
-                None => (remaining, ""),
-            };
+            let next = parts.next();
             match segment {
                 Segment::Literal(_) => {}
-                Segment::Capture(name) => out.push((name.clone(), decode(part))),
+                Segment::Capture(name) => {
+                    let part = next.map_or("", |(part, _)| part);
+                    out.push((name.clone(), decode(part)));
+                }
                 Segment::Wildcard(name) => {
+                    let remaining = next.map_or("", |(_, from)| from);
                     out.push((name.clone(), decode(remaining)));
                     break;
                 }
             }
-            remaining = after;
         }
         Captures(out)
     }
+}
+
+// === normalised paths ===
+
+/// The request segments that matching compares: empty segments (repeated slashes, a
+/// trailing slash) and `.` segments (`%2e` too) are skipped. Each item is the segment
+/// and the path from it on (a wildcard's capture).
+struct Significant<'a> {
+    rest: Option<&'a str>,
+}
+
+impl<'a> Significant<'a> {
+    fn new(rest: &'a str) -> Self {
+        Significant { rest: Some(rest) }
+    }
+}
+
+impl<'a> Iterator for Significant<'a> {
+    type Item = (&'a str, &'a str);
+
+    #[inline]
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        loop {
+            let from = self.rest?;
+            let part = match from.split_once('/') {
+                Some((part, after)) => {
+                    self.rest = Some(after);
+                    part
+                }
+                None => {
+                    self.rest = None;
+                    from
+                }
+            };
+            if !part.is_empty() && !is_dot(part) {
+                return Some((part, from));
+            }
+        }
+    }
+}
+
+/// `.` or its percent-encoded form (`.` is unreserved: RFC 3986 §6.2.2.2 decodes it).
+fn is_dot(part: &str) -> bool {
+    part == "." || part.eq_ignore_ascii_case("%2e")
+}
+
+/// The path (and query) as matching reads it, for the fingerprint (issue 46 §6): no
+/// empty or `.` segments, no trailing slash, percent-encoded unreserved characters
+/// decoded (other escapes in upper case), lower case with `lowercase`. Borrowed, with no
+/// work beyond one scan, when the path is already in that form (the usual case), so a
+/// record made before this normalisation keeps its fingerprint.
+pub fn normalised(path_and_query: &str, lowercase: bool) -> Cow<'_, str> {
+    let (path, query) = match path_and_query.find('?') {
+        Some(at) => path_and_query.split_at(at),
+        None => (path_and_query, ""),
+    };
+    if is_normal(path, lowercase) {
+        return Cow::Borrowed(path_and_query);
+    }
+    let mut out = String::with_capacity(path_and_query.len());
+    for (part, _) in Significant::new(path.strip_prefix('/').unwrap_or(path)) {
+        out.push('/');
+        push_segment(&mut out, part, lowercase);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out.push_str(query);
+    Cow::Owned(out)
+}
+
+/// Whether `path` is already in normalised form: one scan, no allocation.
+fn is_normal(path: &str, lowercase: bool) -> bool {
+    let bytes = path.as_bytes();
+    if bytes.len() > 1 && bytes.last() == Some(&b'/') {
+        return false;
+    }
+    let mut previous = 0u8;
+    for &b in bytes {
+        let odd = match b {
+            b'%' => true,
+            b'/' | b'.' => previous == b'/',
+            b'A'..=b'Z' => lowercase,
+            _ => false,
+        };
+        if odd {
+            return false;
+        }
+        previous = b;
+    }
+    true
+}
+
+/// One segment, unreserved escapes decoded, other escapes in upper case.
+fn push_segment(out: &mut String, part: &str, lowercase: bool) {
+    let bytes = part.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let escape = (b == b'%' && i + 2 < bytes.len())
+            .then(|| hex_pair(bytes[i + 1], bytes[i + 2]))
+            .flatten();
+        match escape {
+            Some(c) if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => {
+                out.push(char::from(if lowercase {
+                    c.to_ascii_lowercase()
+                } else {
+                    c
+                }));
+                i += 3;
+            }
+            Some(_) => {
+                out.push('%');
+                out.push(char::from(bytes[i + 1].to_ascii_uppercase()));
+                out.push(char::from(bytes[i + 2].to_ascii_uppercase()));
+                i += 3;
+            }
+            None => {
+                // A char boundary: only ASCII bytes were consumed before it.
+                let c = part[i..].chars().next().unwrap_or_default();
+                out.push(if lowercase { c.to_ascii_lowercase() } else { c });
+                i += c.len_utf8();
+            }
+        }
+    }
+}
+
+fn hex_pair(hi: u8, lo: u8) -> Option<u8> {
+    let digit = |b: u8| char::from(b).to_digit(16);
+    Some((digit(hi)? * 16 + digit(lo)?) as u8)
 }
 
 /// Parse one template segment. `is_last`: a wildcard is allowed, and an empty segment

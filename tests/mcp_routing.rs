@@ -31,31 +31,30 @@ fn protected(upstream: &MockUpstream) -> Vec<bool> {
         .collect()
 }
 
+/// Every message is read, whatever its headers say (issue 46 §7: a header is never
+/// taken at its word), so the route's `max_request_bytes` bounds every message: over
+/// it, 413 and nothing forwarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn headers_naming_an_unprotected_message_spare_the_body_read() {
+async fn every_message_is_read_whatever_its_headers_say() {
     let upstream = MockUpstream::start().await;
     let idem = idem(&upstream).await;
     let mcp = url(&idem, "/mcp");
-    // Over the route's 1 KiB max_request_bytes: only a message idem must read is
-    // refused. (Small enough for the socket buffers: a refused body larger than them
-    // would break the client's write before it reads the 413.)
+    // Small enough for the socket buffers: a refused body larger than them would break
+    // the client's write before it reads the 413.
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4 << 10));
     let lookup = [("mcp-method", "tools/call"), ("mcp-name", "lookup")];
-    let passed = post(&mcp, &lookup, &big).await;
-    assert_eq!(passed.status, 201, "streamed through unread");
-    assert_eq!(upstream.received()[0].body.len(), big.len());
+    assert_eq!(post(&mcp, &lookup, &big).await.status, 413);
     let discover = [("mcp-method", "server/discover")];
-    assert_eq!(post(&mcp, &discover, &big).await.status, 201);
-    let unknown = post(&mcp, &[], &big).await;
-    assert_eq!(
-        unknown.status, 413,
-        "no header: the body must be read to know"
-    );
-    assert_eq!(upstream.received().len(), 2);
+    assert_eq!(post(&mcp, &discover, &big).await.status, 413);
+    assert_eq!(post(&mcp, &[], &big).await.status, 413);
+    assert_eq!(upstream.received().len(), 0);
 }
 
+/// A `Mcp-Method` / `Mcp-Name` header that disagrees with the body is answered by idem
+/// with JSON-RPC error -32020 (HTTP 400), never forwarded; headers that agree, or none,
+/// leave the body to decide.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_header_that_disagrees_with_the_body_is_never_protected() {
+async fn a_header_that_disagrees_with_the_body_is_refused() {
     let upstream = MockUpstream::start().await;
     let idem = idem(&upstream).await;
     let mcp = url(&idem, "/mcp");
@@ -76,20 +75,23 @@ async fn a_header_that_disagrees_with_the_body_is_never_protected() {
             tools_call(3, "charge_customer"),
         ),
     ];
-    for (headers, body) in &cases {
+    for (n, (headers, body)) in cases.iter().enumerate() {
         let r = post(&mcp, headers, body).await;
-        assert_eq!(r.status, 201);
-        assert!(!r.replayed());
+        assert_eq!(r.status, 400, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32020, "{v}");
+        assert_eq!(v["id"], n + 1, "{v}");
     }
-    assert_eq!(protected(&upstream), [false, false, false]);
+    assert_eq!(upstream.received().len(), 0);
     // Headers and body agreeing (or no headers): protected, with the key passed on.
     let agree = [
         ("mcp-method", "tools/call"),
         ("mcp-name", "charge_customer"),
     ];
     post(&mcp, &agree, &tools_call(4, "charge_customer")).await;
-    assert_eq!(protected(&upstream), [false, false, false, true]);
-    let key = upstream.received()[3].headers["idempotency-key"]
+    post(&mcp, &[], &tools_call(5, "lookup")).await;
+    assert_eq!(protected(&upstream), [true, false]);
+    let key = upstream.received()[0].headers["idempotency-key"]
         .to_str()
         .unwrap()
         .to_owned();

@@ -249,6 +249,7 @@ fn sealed_store(memory: &MemoryStore, dir: &Path) -> (Store, Store) {
     let cfg = EncryptionConfig {
         keys: vec![("2026-06".to_owned(), file)],
         credential_key_file: None,
+        accept_unsealed_until_ms: None,
     };
     let sealing = Sealing::load(Some(&cfg)).unwrap();
     let sealed = Store::from(memory.clone()).sealed_by(sealing);

@@ -44,9 +44,9 @@ use std::time::Duration;
 
 use http::{header, Method, Request, StatusCode};
 use hyper::body::Incoming;
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -118,15 +118,16 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
                 let admin = admin.clone();
                 async move { Ok::<_, Infallible>(route(&admin, req, peer).await) }
             });
-            // The first bytes within the timeout (the auto builder's protocol detection
-            // has none), then every request head within it too.
+            // The first bytes within the timeout, then every request head within it
+            // too. HTTP/1.1 only (issue 46 §3): probes, Prometheus and the CLI speak
+            // it, and an idle HTTP/2 connection (a preface, then nothing) could hold a
+            // slot of the admin listener's few for ever and starve the probes.
             let mut stream = stream;
             let Some(first) = crate::server::first_bytes(&mut stream, timeout).await else {
                 return;
             };
-            let mut builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = http1::Builder::new();
             builder
-                .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeout);
             let io = TokioIo::new(crate::server::Prefixed::new(first, stream));

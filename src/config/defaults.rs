@@ -38,6 +38,15 @@ pub const CATCH_ALL_NAME: &str = "default";
 pub const CATCH_ALL_PATH: &str = "/{path*}";
 pub const CATCH_ALL_KEY: &str = "{header.idempotency-key}";
 
+/// `server.max_buffered_bytes` by default: 64 MiB, the bodies of 64 requests at the
+/// default `max_request_bytes` (1 MiB) at once, or thousands of ordinary tool calls of a
+/// few KiB; with the process's ~20 MiB and its connections it fits a 128–256 MiB
+/// container, and a flood of stalled bodies meets a 503 before the OOM killer.
+pub const MAX_BUFFERED_BYTES: usize = 64 << 20;
+
+/// `server.body_read_timeout` by default (capped at `upstream.timeout`).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -46,6 +55,13 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             shutdown_grace: Duration::from_secs(25),
             workers: None,
+            http2: true,
+            // RFC 9113 §6.5.2 advises no fewer than 100; enough for a caller's
+            // parallel tool calls, few enough that one connection cannot hold hundreds of
+            // bodies (each stream is a request).
+            http2_max_streams: 100,
+            max_buffered_bytes: MAX_BUFFERED_BYTES,
+            body_read_timeout: None,
         }
     }
 }

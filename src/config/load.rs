@@ -81,6 +81,49 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
             "no routes: every request is handled by `default` without idempotency",
         );
     }
+    if let (Some(read), Some(upstream)) = (server.body_read_timeout, &upstream) {
+        // A body still arriving when the upstream would have given up holds its buffer
+        // (and a `max_buffered_bytes` share) for nothing.
+        if read > upstream.timeout {
+            let at = f.get("server").map_or(f.pos(), |n| n.pos);
+            w.error(
+                at,
+                "server.body_read_timeout",
+                format!(
+                    "{} is longer than upstream.timeout ({}); a request body must arrive within the upstream's own timeout",
+                    humantime::format_duration(read),
+                    humantime::format_duration(upstream.timeout)
+                ),
+            );
+        }
+    }
+    for (i, route) in routes.iter().enumerate() {
+        // Such a body could never be read: a permanent refusal dressed as a 503.
+        if route.max_request_bytes > server.max_buffered_bytes {
+            let at = f.get("routes").map_or(f.pos(), |n| n.pos);
+            w.warn(
+                at,
+                &format!("routes[{i}].max_request_bytes"),
+                format!(
+                    "route {:?} accepts bodies of {} bytes, more than server.max_buffered_bytes ({}): such a body is always 503 overloaded; raise max_buffered_bytes",
+                    route.name, route.max_request_bytes, server.max_buffered_bytes
+                ),
+            );
+        }
+    }
+    let default = default.map_or(super::DefaultAction::Passthrough, |a| a.value);
+    if default == super::DefaultAction::Passthrough && !routes.is_empty() {
+        // Issue 46 §6: a request no route matches (a method or path the routes do not
+        // cover) is forwarded without idempotency, and runs as often as it is sent.
+        let at = f.get("default").map_or(f.pos(), |n| n.pos);
+        w.warn(
+            at,
+            "default",
+            "passthrough beside protected routes: a request no route matches is forwarded \
+             unprotected and runs again when repeated; for an API that is all side effects, \
+             set default: reject (404 for unmatched requests)",
+        );
+    }
     Some(Config {
         listen: listen.map_or(defaults::LISTEN, |a| a.value),
         server,
@@ -88,7 +131,7 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
         upstream: upstream?,
         store,
         telemetry,
-        default: default.map_or(super::DefaultAction::Passthrough, |a| a.value),
+        default,
         routes,
         warnings: Vec::new(),
         source: None,

@@ -79,15 +79,34 @@ pub struct Config {
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// Also bounds an idle HTTP/2 connection (no open stream) and the time from its
+    /// preface to its first request (issue 46 §3).
     pub header_read_timeout: Duration,
     pub max_header_bytes: usize,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
     /// Data-plane threads; `None` is `auto`: one per CPU the process may use.
     pub workers: Option<usize>,
+    /// `server.http2`: serve h2c (HTTP/2 with prior knowledge) on the main listener.
+    pub http2: bool,
+    /// `server.http2_max_streams`: concurrent HTTP/2 streams per connection.
+    pub http2_max_streams: u32,
+    /// `server.max_buffered_bytes`: request and response bodies held at once, across
+    /// the process (issue 46 §5); past it, 503 `overloaded`.
+    pub max_buffered_bytes: usize,
+    /// `server.body_read_timeout`: the whole request body of a protected route must
+    /// arrive within it; `None`: 10 s, or `upstream.timeout` when that is shorter.
+    pub body_read_timeout: Option<Duration>,
 }
 
 impl ServerConfig {
+    /// How long a protected request's body may take to arrive: `body_read_timeout`, by
+    /// default 10 s or `upstream` timeout when shorter.
+    pub fn body_read_timeout(&self, upstream: &UpstreamConfig) -> Duration {
+        self.body_read_timeout
+            .unwrap_or(defaults::BODY_READ_TIMEOUT.min(upstream.timeout))
+    }
+
     /// The number of worker threads to run: `workers`, or with `auto` the CPUs this
     /// process may use (the cgroup CPU quota counts, as in a Kubernetes CPU limit).
     pub fn worker_count(&self) -> usize {
@@ -149,6 +168,10 @@ pub struct StoreConfig {
 pub struct EncryptionConfig {
     pub keys: Vec<(String, std::path::PathBuf)>,
     pub credential_key_file: Option<std::path::PathBuf>,
+    /// `accept_unsealed_until` (unix ms): an unsealed record created before it is read
+    /// as it is (written before encryption was turned on); any other unsealed record is
+    /// 409 `record_unreadable`. `None`: every unsealed record is (issue 46 §1).
+    pub accept_unsealed_until_ms: Option<u64>,
 }
 
 /// `store.backend` with that backend's own settings, and only those: a PostgreSQL or
@@ -350,7 +373,8 @@ pub enum BodyFingerprint {
     Fields(Vec<FieldPath>),
 }
 
-/// Which upstream statuses are stored and replayed. 408/409/425/429 never are.
+/// Which upstream statuses are stored and replayed. 401/403/407 and 408/409/425/429
+/// never are ([`StatusSet::NEVER_STORED`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusSet {
     /// Whole classes: index 1..=5 for 1xx..5xx.
@@ -359,7 +383,10 @@ pub struct StatusSet {
 }
 
 impl StatusSet {
-    pub const NEVER_STORED: [u16; 4] = [408, 409, 425, 429];
+    /// Never stored, whatever `store_statuses` lists: 408/409/425/429 ask the caller to
+    /// retry; 401/403/407 refuse the *caller* (its credentials), not the intent, so a
+    /// stranger's refused call must not become the owner's stored answer (issue 46 §4).
+    pub const NEVER_STORED: [u16; 7] = [401, 403, 407, 408, 409, 425, 429];
 
     pub fn contains(&self, status: u16) -> bool {
         if Self::NEVER_STORED.contains(&status) {

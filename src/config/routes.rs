@@ -61,7 +61,18 @@ fn read_route(
             "missing: every route needs a name, e.g. name: charge_invoice",
         );
     }
-    let route_path = w.field(&f, "path", values::path_template);
+    let mut route_path = w.field(&f, "path", values::path_template);
+    // `path_case: insensitive`: the route's literals match in any ASCII case.
+    let insensitive = w.field(&f, "path_case", |text| match text.trim() {
+        "sensitive" => Ok(false),
+        "insensitive" => Ok(true),
+        other => Err(format!(
+            "invalid path_case {other:?}; expected sensitive (the default: RFC 3986 paths are) or insensitive"
+        )),
+    });
+    if let (Some(path), Some(true)) = (&mut route_path, insensitive.map(|a| a.value)) {
+        path.value = path.value.clone().case_insensitive();
+    }
     if f.get("path").is_none() {
         w.error(
             node.pos,

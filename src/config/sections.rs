@@ -111,6 +111,13 @@ pub(crate) fn server(w: &mut Walker<'_>, node: Option<&Node>) -> ServerConfig {
     if let Some(workers) = w.field(&f, "workers", parse_workers) {
         cfg.workers = workers.value;
     }
+    set(&mut cfg.http2, w.flag(&f, "http2").map(|a| a.value));
+    let streams = w.count(&f, "http2_max_streams");
+    set(&mut cfg.http2_max_streams, nonzero(w, streams));
+    let buffered = w.size(&f, "max_buffered_bytes");
+    set(&mut cfg.max_buffered_bytes, nonzero(w, buffered));
+    let body_read_timeout = w.duration(&f, "body_read_timeout");
+    cfg.body_read_timeout = nonzero(w, body_read_timeout);
     cfg
 }
 
@@ -250,6 +257,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
     // Optional: keys the credential hash (`seal/credential_key.rs` says why a key of its
     // own). Read first, so that it is a field of this map whatever else is wrong.
     let credential_key_file = w.string(&f, "credential_key_file");
+    let accept_unsealed_until = w.field(&f, "accept_unsealed_until", parse_rfc3339_ms);
     let Some(list) = f.get("keys") else {
         w.error(
             node.pos,
@@ -287,6 +295,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
     let mut cfg = EncryptionConfig {
         keys,
         credential_key_file: None,
+        accept_unsealed_until_ms: accept_unsealed_until.map(|a| a.value),
     };
     if let Err(message) = Sealing::load(Some(&cfg)) {
         w.error(list.pos, "store.encryption.keys", message);
@@ -303,6 +312,17 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
             None
         }
     }
+}
+
+/// An RFC 3339 time in UTC (`2026-12-06T22:00:00Z`), as unix milliseconds.
+pub fn parse_rfc3339_ms(text: &str) -> Result<u64, String> {
+    let at = humantime::parse_rfc3339_weak(text.trim()).map_err(|e| {
+        format!("invalid time {text:?} ({e}); expected RFC 3339 in UTC, e.g. 2026-12-06T22:00:00Z")
+    })?;
+    let since = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("invalid time {text:?}: before 1970"))?;
+    Ok(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn postgres(w: &mut Walker<'_>, node: &Node, in_use: bool) -> PostgresConfig {

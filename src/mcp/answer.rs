@@ -121,6 +121,11 @@ pub fn tool_error(id: &Value, detail: &str, document: Value, modern: bool) -> By
     Bytes::from(serde_json::to_vec(&message).unwrap_or_default())
 }
 
+/// A JSON-RPC error response for `id` (`null` when the request had none).
+pub fn jsonrpc_error(id: &Value, code: i64, message: &str) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ pub mod raw;
 pub mod sse;
 pub mod tools_list;
 
-pub use message::{classify, hint, HeaderHint, Message, ToolCall};
+pub use message::{classify, hint, HeaderHint, Message, Refusal, ToolCall, HEADER_MISMATCH};
 
 /// A route's `mcp:` section.
 #[derive(Debug, Clone, PartialEq, Eq)]

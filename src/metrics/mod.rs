@@ -114,6 +114,10 @@ pub struct Metrics {
     pub config_generation: Gauge,
     /// Stored records no listed encryption key opens, per route (answered 409).
     pub unreadable_records: Family<RouteLabel, Counter>,
+    /// Requests answered 503 `overloaded`: `server.max_buffered_bytes` was reached.
+    pub overloaded_requests: Counter,
+    /// Responses whose copy for the record did not fit `server.max_buffered_bytes`.
+    pub overloaded_responses: Counter,
     /// Open client connections per worker thread (also what the acceptor balances on).
     pub connections: Family<WorkerLabels, Gauge>,
     /// Waiting duplicates woken, by what woke them (rare path: a family lookup).
@@ -151,6 +155,8 @@ impl Metrics {
         let upstream_failures = Family::<UpstreamFailureLabels, Counter>::default();
         let config_generation = Gauge::default();
         let unreadable_records = Family::<RouteLabel, Counter>::default();
+        let overloaded_requests = Counter::default();
+        let overloaded_responses = Counter::default();
         let connections = Family::<WorkerLabels, Gauge>::default();
         let duplicate_wakeups = Family::<WakeupLabels, Counter>::default();
 
@@ -217,6 +223,16 @@ impl Metrics {
             unreadable_records.clone(),
         );
         registry.register(
+            "overloaded_requests",
+            "Requests answered 503 overloaded: their body did not fit server.max_buffered_bytes (nothing reserved or sent)",
+            overloaded_requests.clone(),
+        );
+        registry.register(
+            "overloaded_responses",
+            "Responses streamed to the caller whose copy for the record did not fit server.max_buffered_bytes (recorded without a body: a repeat gets 409 response_not_stored)",
+            overloaded_responses.clone(),
+        );
+        registry.register(
             "duplicate_wakeups",
             "Waiting duplicates woken, by the store's change notification or by the safety re-check at the end of a nap",
             duplicate_wakeups.clone(),
@@ -245,6 +261,8 @@ impl Metrics {
             upstream_failures,
             config_generation,
             unreadable_records,
+            overloaded_requests,
+            overloaded_responses,
             connections,
             duplicate_wakeups,
             store_ops: Default::default(),

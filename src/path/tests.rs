@@ -57,7 +57,6 @@ fn misses() {
         "/invoices/1/charge/x",
         "/invoices//charge",
         "/invoices/1/Charge",
-        "/invoices/1/charge/",
         "invoices/1/charge",
         "",
         "*",
@@ -78,13 +77,64 @@ fn literal_segments_compare_decoded() {
 }
 
 #[test]
-fn trailing_slash_is_significant() {
+fn trailing_slash_repeated_slashes_and_dot_segments_are_not_significant() {
     assert!(tpl("/emails").matches("/emails").is_some());
-    assert!(tpl("/emails").matches("/emails/").is_none());
+    assert!(tpl("/emails").matches("/emails/").is_some());
     assert!(tpl("/emails/").matches("/emails/").is_some());
-    assert!(tpl("/emails/").matches("/emails").is_none());
+    assert!(tpl("/emails/").matches("/emails").is_some());
     assert!(tpl("/").matches("/").is_some());
+    assert!(tpl("/").matches("//").is_some());
     assert!(tpl("/").matches("/x").is_none());
+    let t = tpl("/invoices/{id}/charge");
+    for path in [
+        "/invoices/X/charge/",
+        "//invoices/X/charge",
+        "/invoices//X///charge//",
+        "/./invoices/X/charge",
+        "/invoices/./X/%2e/charge/.",
+        "/%69nvoices/X/ch%61rge",
+    ] {
+        let c = t.matches(path).unwrap_or_else(|| panic!("{path}"));
+        assert_eq!(c.get("id"), Some("X"), "{path}");
+    }
+    for path in [
+        "/invoices/X/../charge",
+        "/invoices/X/charge/x",
+        "/Invoices/X/charge",
+    ] {
+        assert!(t.matches(path).is_none(), "{path}");
+    }
+}
+
+#[test]
+fn path_case_insensitive_compares_literals_without_case() {
+    let t = tpl("/invoices/{id}/charge").case_insensitive();
+    let c = t.matches("/INVOICES/Ab/Ch%41rge").unwrap();
+    assert_eq!(c.get("id"), Some("Ab"), "captures keep their case");
+    assert!(t.matches("/invoices/Ab/chargex").is_none());
+    assert!(t.matches("/invoices/Ab/charg").is_none());
+}
+
+#[test]
+fn normalised_is_borrowed_when_normal_and_reads_as_matching_does() {
+    for path in ["/", "/invoices/X/charge", "/a/b?x=1//./", "/a.b/c.d"] {
+        assert!(
+            matches!(normalised(path, false), Cow::Borrowed(_)),
+            "{path}"
+        );
+    }
+    for (path, want) in [
+        ("/invoices/X/charge/", "/invoices/X/charge"),
+        ("//invoices//X/charge?q=/a/", "/invoices/X/charge?q=/a/"),
+        ("/./invoices/X/%2E/charge", "/invoices/X/charge"),
+        ("/%69nvoices/%7e/%2fx%c3%a9", "/invoices/~/%2Fx%C3%A9"),
+        ("//", "/"),
+        ("/caf\u{e9}/", "/caf\u{e9}"),
+    ] {
+        assert_eq!(normalised(path, false), want, "{path}");
+    }
+    assert_eq!(normalised("/Invoices/%41", true), "/invoices/a");
+    assert!(matches!(normalised("/invoices", true), Cow::Borrowed(_)));
 }
 
 #[test]

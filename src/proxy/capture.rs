@@ -6,6 +6,7 @@
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
+use super::buffers::{Buffers, Held};
 use crate::config::RoutePolicy;
 
 /// `Authentication-Info` (RFC 9110 §11.6.3): the server's answer to a successful
@@ -48,20 +49,32 @@ pub fn stored_headers(headers: &HeaderMap, policy: &RoutePolicy) -> Vec<(HeaderN
         .collect()
 }
 
+/// The copy of a response body for the record, up to `limit` bytes and within
+/// `server.max_buffered_bytes` ([`Buffers`]): past either, the copy is dropped (the
+/// record then says "completed, body not stored") while the response keeps streaming.
 pub struct Capture {
     buf: BytesMut,
     limit: usize,
     overflowed: bool,
+    buffers: Buffers,
+    held: Held,
 }
 
 impl Capture {
-    pub fn new(limit: usize, size_hint: Option<u64>) -> Capture {
-        let overflowed = size_hint.is_some_and(|n| n > limit as u64);
+    pub fn new(limit: usize, size_hint: Option<u64>, buffers: &Buffers) -> Capture {
+        let mut overflowed = size_hint.is_some_and(|n| n > limit as u64);
         let capacity = size_hint.map_or(0, |n| n.min(limit as u64) as usize);
+        let mut held = Held::default();
+        if !overflowed && !buffers.cover(&mut held, capacity) {
+            buffers.dropped.inc();
+            overflowed = true;
+        }
         Capture {
             buf: BytesMut::with_capacity(if overflowed { 0 } else { capacity }),
             limit,
             overflowed,
+            buffers: buffers.clone(),
+            held,
         }
     }
 
@@ -69,15 +82,27 @@ impl Capture {
         if self.overflowed {
             return;
         }
-        if self.buf.len() + chunk.len() > self.limit {
+        let len = self.buf.len() + chunk.len();
+        if len > self.limit
+            || !self
+                .buffers
+                .cover(&mut self.held, len.max(self.buf.capacity()))
+        {
+            if len <= self.limit {
+                self.buffers.dropped.inc();
+            }
             self.overflowed = true;
             self.buf = BytesMut::new();
+            self.held = Held::default();
             return;
         }
         self.buf.extend_from_slice(chunk);
     }
 
-    /// The body, or `None` when it exceeded the limit.
+    /// The body, or `None` when it exceeded the limit or the budget. Its share of the
+    /// budget is given back now, not with the body: the memory store keeps a record's
+    /// body for its whole `retention`, which must not hold the budget of bodies in
+    /// flight (the store has its own bound, `store.memory.max_records`).
     pub fn finish(self) -> Option<Bytes> {
         (!self.overflowed).then(|| self.buf.freeze())
     }
@@ -130,14 +155,35 @@ mod tests {
 
     #[test]
     fn keeps_body_under_limit_and_drops_it_over() {
-        let mut c = Capture::new(5, None);
+        let any = Buffers::unbounded();
+        let mut c = Capture::new(5, None, any);
         c.push(&Bytes::from_static(b"abc"));
         c.push(&Bytes::from_static(b"de"));
         assert_eq!(c.finish().unwrap(), "abcde");
-        let mut c = Capture::new(5, None);
+        let mut c = Capture::new(5, None, any);
         c.push(&Bytes::from_static(b"abc"));
         c.push(&Bytes::from_static(b"def"));
         assert!(c.finish().is_none());
-        assert!(Capture::new(5, Some(6)).finish().is_none());
+        assert!(Capture::new(5, Some(6), any).finish().is_none());
+    }
+
+    #[test]
+    fn a_copy_past_the_budget_is_dropped_and_counted_and_finishing_gives_its_share_back() {
+        let buffers = Buffers::new(8);
+        let mut first = Capture::new(100, None, &buffers);
+        first.push(&Bytes::from_static(b"abcdef"));
+        let mut c = Capture::new(100, None, &buffers);
+        c.push(&Bytes::from_static(b"abc"));
+        assert!(c.finish().is_none(), "6 held by the first + 3 > 8");
+        assert_eq!(buffers.dropped.get(), 1);
+        let kept = first.finish().unwrap();
+        let mut c = Capture::new(100, Some(8), &buffers);
+        c.push(&Bytes::from_static(b"abcdefgh"));
+        assert_eq!(
+            c.finish().unwrap(),
+            "abcdefgh",
+            "a stored body holds nothing"
+        );
+        drop(kept);
     }
 }

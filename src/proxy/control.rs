@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
 use super::breaker::Breaker;
-use super::{Proxy, RequestContext, Worker};
+use super::{Buffers, Proxy, RequestContext, Worker};
 use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
 use crate::route::RouteTable;
@@ -42,6 +42,8 @@ pub struct Control {
     /// The store's sealing layer (`store.encryption`), shared by every store handle: a
     /// reload swaps its keys.
     sealing: Sealing,
+    /// `server.max_buffered_bytes`, one budget for every worker.
+    buffers: Buffers,
 }
 
 /// Each worker reads a copy of the reloadable configuration of its own (its own `Arc`s
@@ -69,7 +71,9 @@ impl Control {
             copies: Vec::new(),
             breakers: HashMap::new(),
         };
+        let buffers = Buffers::counted(config.server.max_buffered_bytes, &metrics);
         Control {
+            buffers,
             metrics,
             state: Arc::new(Mutex::new(state)),
             orphans: Arc::new(AtomicUsize::new(0)),
@@ -103,6 +107,8 @@ impl Control {
             tasks: TaskTracker::new(),
             orphans: self.orphans.clone(),
             traces: self.traces.clone(),
+            buffers: self.buffers.clone(),
+            body_read_timeout: (state.config.server).body_read_timeout(&state.config.upstream),
         });
         Proxy {
             plain: RequestContext::new(worker, None),

@@ -205,7 +205,7 @@ pub fn settle(exchanged: Exchanged, policy: &RoutePolicy) -> Settle {
             OnAmbiguous::Hold => Settle::Hold,
             OnAmbiguous::Release => Settle::Release,
         },
-        // 2xx and definitive 4xx by default; 408/409/425/429 never (`StatusSet`).
+        // 2xx and definitive 4xx by default; 401/403/407/408/409/425/429 never (`StatusSet`).
         Exchanged::Answered(status) if policy.store_statuses.contains(status) => Settle::Store,
         Exchanged::Answered(_) => Settle::Release,
     }

@@ -80,13 +80,13 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
     // copied with the whole call future on its way into the task (see `spawn`).
     let mut work = match mcp.as_deref() {
         Some(call) => {
-            let answer = McpAnswer::new(call, &policy);
+            let answer = McpAnswer::new(call, &policy, &worker.buffers);
             futures_util::future::Either::Left(Box::pin(exchange::execute(
                 &cx, request, answer, out, gate,
             )))
         }
         None => {
-            let answer = StatusAnswer::new(&policy);
+            let answer = StatusAnswer::new(&policy, &worker.buffers);
             futures_util::future::Either::Right(Box::pin(exchange::execute(
                 &cx, request, answer, out, gate,
             )))

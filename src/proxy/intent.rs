@@ -1,14 +1,14 @@
 //! From request to intent: read the body (bounded) and derive key, scope, store key,
 //! fingerprint and credential hash. Pure apart from reading the body.
 
-use std::time::Duration;
-
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, request};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use super::buffers::Held;
 use super::problem::{self, Problem};
+use super::{Buffers, Worker};
 use crate::body::BodyView;
 use crate::config::RoutePolicy;
 use crate::key::{self, KeyError, StoreKey};
@@ -43,6 +43,11 @@ impl Intent {
         mcp: Option<&ToolCall>,
         sealing: &Sealing,
     ) -> Result<Option<Intent>, KeyError> {
+        // Before anything is derived or reserved; on a route that reads the body, the
+        // parse the key or the fingerprint makes anyway, so no extra cost.
+        if mcp.is_none() && policy.needs_body() && body.has_duplicate_member() {
+            return Err(KeyError::DuplicateMember);
+        }
         let view = RequestView {
             method: &parts.method,
             route: &policy.name,
@@ -59,6 +64,12 @@ impl Intent {
             return Ok(None);
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        // As matching reads it (issue 46 §6): `/x/` repeating `/x` is a replay. Borrowed
+        // (one scan) for a path already in that form.
+        let path = match policy.fingerprint.path {
+            true => crate::path::normalised(path, policy.path.is_case_insensitive()),
+            false => std::borrow::Cow::Borrowed(path),
+        };
         let plain = credentials(policy, &parts.headers);
         let keyed = sealing.credential_hash(&plain);
         Ok(Some(Intent {
@@ -66,7 +77,7 @@ impl Intent {
             fingerprint: key::fingerprint_with(
                 &policy.fingerprint,
                 &parts.method,
-                path,
+                &path,
                 body,
                 mcp.map(|call| call.args_hash.as_bytes()),
             ),
@@ -113,16 +124,22 @@ pub fn key_problem(error: KeyError) -> Problem {
     match error {
         KeyError::BodyNotJson => problem::body_not_json(),
         KeyError::Invalid(reason) => problem::key_invalid(&reason),
+        KeyError::DuplicateMember => problem::invalid_body(
+            "a JSON object in it names the same member twice, which parsers read differently",
+        ),
     }
 }
 
 /// Read the whole body, refusing more than `limit` bytes (at once when the declared
 /// `Content-Length` is already over it). Never a silent bypass: too large is a 413.
+/// Within the worker's `body_read_timeout`, and within `server.max_buffered_bytes`
+/// (503 `overloaded`; a declared length is taken up front); the body returned holds
+/// its share of that budget until its last clone is dropped.
 pub async fn read_body(
     body: Incoming,
     headers: &http::HeaderMap,
     limit: usize,
-    timeout: Duration,
+    worker: &Worker,
 ) -> Result<Bytes, Problem> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -131,14 +148,69 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(problem::body_too_large(limit));
     }
-    match crate::time_bound::bounded(timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(problem::body_invalid("it was not received in time")),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(problem::body_too_large(limit))
-        }
-        Ok(Err(e)) => Err(problem::body_invalid(&e.to_string())),
+    let buffers = &worker.buffers;
+    let mut held = Held::default();
+    let declared = declared.map_or(0, |n| n as usize);
+    if !buffers.cover(&mut held, declared) {
+        return Err(overloaded(buffers));
     }
+    let read = collect(body, limit, buffers, held, declared);
+    match crate::time_bound::bounded(worker.body_read_timeout, read).await {
+        Err(_) => Err(problem::body_invalid("it was not received in time")),
+        Ok(read) => read,
+    }
+}
+
+fn overloaded(buffers: &Buffers) -> Problem {
+    buffers.refused.inc();
+    problem::overloaded(1)
+}
+
+/// The body's frames, each covered by the budget before it is kept.
+async fn collect(
+    body: Incoming,
+    limit: usize,
+    buffers: &Buffers,
+    mut held: Held,
+    declared: usize,
+) -> Result<Bytes, Problem> {
+    let mut body = Limited::new(body, limit);
+    // One chunk (the usual case) is kept as it came; more are joined.
+    let mut first: Option<Bytes> = None;
+    let mut joined = BytesMut::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(problem::body_too_large(limit));
+            }
+            Err(e) => return Err(problem::body_invalid(&e.to_string())),
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        len += data.len();
+        // A second chunk is copied into a buffer of the whole length: both count.
+        let need = if first.is_some() { len * 2 } else { len };
+        if !buffers.cover(&mut held, need.max(declared)) {
+            return Err(overloaded(buffers));
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            None => joined.extend_from_slice(&data),
+            Some(head) => {
+                joined.reserve(declared.max(len));
+                joined.extend_from_slice(&head);
+                joined.extend_from_slice(&data);
+            }
+        }
+    }
+    let bytes = match first {
+        Some(bytes) => bytes,
+        None => joined.freeze(),
+    };
+    Ok(held.attach(bytes))
 }
 
 #[cfg(test)]

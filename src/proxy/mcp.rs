@@ -2,17 +2,19 @@
 //! idempotent flow with its JSON-RPC id as the problem format; a `tools/list` is
 //! forwarded and its answer amended for the protected tools; everything else (initialize,
 //! server/discover, notifications, client responses, GET streams, DELETE, tasks/*) is
-//! passed through with every header, and without a body parse when the `Mcp-Method` /
-//! `Mcp-Name` headers already say it is not a protected call.
+//! passed through with every header. Every POST is read (bounded) and its body decides;
+//! a message idem refuses (headers that disagree with the body, a batch holding a
+//! protected call, a duplicate member) is answered here and never forwarded.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{header, Response};
+use http::{header, HeaderValue, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::body::{full, stream, ProxyBody, UpstreamBody};
@@ -20,6 +22,7 @@ use super::context::RequestContext;
 use super::decide::Exchanged;
 use super::exchange::{self, ToolsListAnswer};
 use super::forward::upstream_request;
+use super::headers::APPLICATION_JSON;
 use super::idempotency::{protect_read, Inbound};
 use super::intent::read_body;
 use super::outbound::Outbound;
@@ -27,7 +30,8 @@ use super::problem::{self, ProblemFormat};
 use super::{Handled, Worker};
 use crate::body::BodyView;
 use crate::mcp::sse::is_event_stream;
-use crate::mcp::{classify, hint, tools_list, HeaderHint, McpRoute, Message};
+use crate::mcp::HEADER_MISMATCH;
+use crate::mcp::{answer, classify, hint, tools_list, HeaderHint, McpRoute, Message, Refusal};
 use crate::upstream::ResponseBody;
 use crate::vocabulary::Outcome;
 
@@ -40,11 +44,10 @@ pub async fn handle(
     let worker = &*cx.worker;
     match hint(&inbound.parts.method, &inbound.parts.headers, route) {
         HeaderHint::Pass => return pass(cx, None, inbound, Either::Right(body)).await,
-        HeaderHint::ToolsList => return pass(cx, Some(route), inbound, Either::Right(body)).await,
         HeaderHint::NeedBody => {}
     }
     let limit = inbound.policy.max_request_bytes;
-    let read = read_body(body, &inbound.parts.headers, limit, worker.upstream.timeout).await;
+    let read = read_body(body, &inbound.parts.headers, limit, worker).await;
     let view = match read {
         Ok(raw) => BodyView::new(raw),
         Err(p) => return Handled::answered(p.into_response(), Outcome::Rejected),
@@ -54,7 +57,73 @@ pub async fn handle(
         Message::ToolCall(call) => protect_read(cx, inbound, view, Some(call)).await,
         Message::ToolsList => pass(cx, Some(route), inbound, raw).await,
         Message::Other => pass(cx, None, inbound, raw).await,
+        Message::Refused(refusal) => Handled::answered(refused(refusal), Outcome::Rejected),
     }
+}
+
+/// idem's own answer to a message it does not forward (issue 46 §7, §8).
+fn refused(refusal: Refusal) -> Response<ProxyBody> {
+    match refusal {
+        // MCP 2026-07-28: HTTP 400 with the JSON-RPC error `-32020`.
+        Refusal::HeaderMismatch { id, detail } => {
+            let message = format!(
+                "Header mismatch: {detail}. idem did not forward this message and nothing was \
+                 executed; send the Mcp-Method and Mcp-Name headers that mirror the body."
+            );
+            let error = answer::jsonrpc_error(&id, HEADER_MISMATCH, &message);
+            json(StatusCode::BAD_REQUEST, &error)
+        }
+        Refusal::Batch { requests, modern } => {
+            let mut protected: Vec<&str> =
+                requests.iter().filter_map(|(_, t)| t.as_deref()).collect();
+            protected.sort_unstable();
+            protected.dedup();
+            let alone = protected.join(", ");
+            let p = problem::invalid_body(&format!(
+                "it is a JSON-RPC batch holding a call to {alone}, which idem makes safe to \
+                 repeat one request at a time; nothing in the batch was forwarded or executed. \
+                 Send each call to {alone} as a request of its own, and the rest of the batch \
+                 again"
+            ));
+            if requests.is_empty() {
+                return p.into_response();
+            }
+            let document: Value = serde_json::from_slice(&p.body()).unwrap_or_default();
+            let answers: Vec<Value> = requests
+                .iter()
+                .map(|(id, tool)| match tool {
+                    Some(_) => {
+                        let bytes = answer::tool_error(id, &p.detail, document.clone(), modern);
+                        serde_json::from_slice(&bytes).unwrap_or_default()
+                    }
+                    None => answer::jsonrpc_error(id, -32600, &p.detail),
+                })
+                .collect();
+            json(StatusCode::OK, &Value::Array(answers))
+        }
+        Refusal::Duplicate {
+            id,
+            tool_call,
+            modern,
+        } => {
+            let p = problem::invalid_body(
+                "a JSON object in it names the same member twice, which parsers read differently",
+            );
+            match id {
+                Some(id) if tool_call => p.into_tool_error(&id, modern),
+                _ => p.into_response(),
+            }
+        }
+    }
+}
+
+fn json(status: StatusCode, value: &Value) -> Response<ProxyBody> {
+    let mut response = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// Forward unprotected; with `amend`, a `tools/list` whose answer is amended.

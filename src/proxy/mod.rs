@@ -18,6 +18,7 @@
 
 mod body;
 mod breaker;
+mod buffers;
 pub mod capture;
 mod context;
 mod control;
@@ -47,6 +48,7 @@ use hyper::body::Incoming;
 use tokio_util::task::TaskTracker;
 
 pub use body::{BoxError, ProxyBody, UpstreamBody};
+pub use buffers::Buffers;
 use problem::ProblemFormat;
 
 pub use crate::vocabulary::{Outcome, StoreOp};
@@ -76,6 +78,10 @@ pub struct Worker {
     /// The tracer, when traces are on (`crate::traces`); `None` costs one check per
     /// protected request and nothing else.
     pub traces: Option<Traces>,
+    /// `server.max_buffered_bytes`, shared by every worker ([`buffers`]).
+    pub buffers: Buffers,
+    /// `server.body_read_timeout`: a protected request's whole body, within it.
+    pub body_read_timeout: Duration,
 }
 
 /// The proxy service of one worker: cheap to clone, one per connection. Built by

@@ -169,6 +169,35 @@ pub fn body_invalid(reason: &str) -> Problem {
     )
 }
 
+/// 400 `invalid_body`: the body cannot be read one way only (issue 46 §8).
+pub fn invalid_body(reason: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_body",
+        "Request body is ambiguous",
+        format!(
+            "The request body is refused: {reason}. Nothing was reserved or executed. Send \
+             each member once (the value you mean), then send the request again."
+        ),
+    )
+}
+
+/// 503 `overloaded`: the request and response bodies idem holds at once reached
+/// `server.max_buffered_bytes` (issue 46 §5).
+pub fn overloaded(retry_after: u64) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "Proxy overloaded",
+        format!(
+            "idem is holding as many request and response bodies as it may at once, so this \
+             request was not read further: nothing was reserved or executed. Retry the same \
+             request, with the same key, in {retry_after} s."
+        ),
+    )
+    .retry_after(retry_after)
+}
+
 pub fn body_too_large(limit: usize) -> Problem {
     Problem::new(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -221,8 +250,9 @@ pub fn response_not_stored(status: u16) -> Problem {
         "Response not stored",
         format!(
             "This request was already executed and completed with status {status}, but its \
-             response was too large to store. It will not be executed again. Look up the result \
-             through the API instead of repeating this request."
+             response was not stored (too large, or the proxy was holding too many bodies at \
+             the time). It will not be executed again. Look up the result through the API \
+             instead of repeating this request."
         ),
     )
 }
@@ -447,6 +477,16 @@ mod tests {
         assert_eq!(key_missing("r").status, 400);
         assert_eq!(key_invalid("x").status, 400);
         assert_eq!(body_not_json().status, 400);
+        assert_eq!(invalid_body("x").status, 400);
+        assert_eq!(overloaded(1).status, 503);
+        assert_eq!(
+            overloaded(2)
+                .into_response()
+                .headers()
+                .get(header::RETRY_AFTER)
+                .unwrap(),
+            "2"
+        );
         assert_eq!(credential_mismatch().status, 403);
         assert_eq!(no_route("GET", "/").status, 404);
         assert_eq!(response_not_stored(200).status, 409);

@@ -67,6 +67,21 @@ pub(super) struct Drained<C, F> {
     told: bool,
 }
 
+impl<C, F> Drained<C, F>
+where
+    C: Future + Unpin,
+    F: FnMut(Pin<&mut C>) + Unpin,
+{
+    /// Tell the connection to shut down gracefully now, for another reason than the
+    /// drain (an idle HTTP/2 connection); once only.
+    pub(super) fn shut_down(&mut self) {
+        if !self.told {
+            self.told = true;
+            (self.shutdown)(Pin::new(&mut self.conn));
+        }
+    }
+}
+
 impl<C, F> Future for Drained<C, F>
 where
     C: Future + Unpin,

@@ -1,9 +1,10 @@
 //! The proxy listener: one acceptor that hands connections to the workers
 //! ([`accept`]), and each worker's connections: HTTP/1.1 + h2c, slow-client protection
-//! ([`prefixed`]) and graceful drain.
+//! ([`prefixed`], [`idle`]) and graceful drain.
 
 mod accept;
 mod drain;
+mod idle;
 mod prefixed;
 
 pub(crate) use accept::accept_error;
@@ -48,7 +49,14 @@ impl Builders {
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2
             .timer(TokioTimer::new())
-            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
+            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
+            // Each stream is a request whose body may be buffered: a bound per
+            // connection, under `max_buffered_bytes` for all (issue 46 §5).
+            .max_concurrent_streams(cfg.http2_max_streams)
+            // Pings find a peer that vanished while its streams wait (issue 46 §3); an
+            // idle connection is closed by `idle` first.
+            .keep_alive_interval(Some(cfg.header_read_timeout))
+            .keep_alive_timeout(cfg.header_read_timeout);
         Builders { http1, http2 }
     }
 }
@@ -90,6 +98,7 @@ pub async fn serve(
         let drain = drain.clone();
         let mut draining_now = draining.subscribe();
         let header_read_timeout = cfg.header_read_timeout;
+        let h2c = cfg.http2;
         connections.spawn(async move {
             // The first bytes are read here, bounded by `header_read_timeout`: the
             // HTTP/1-or-2 detection of hyper-util's auto builder has no timeout of its
@@ -105,10 +114,21 @@ pub async fn serve(
                 return;
             };
             let h2 = is_h2_preface(&first);
+            if h2 && !h2c {
+                // `server.http2: false`: HTTP/1.1 only.
+                tracing::debug!(%remote, "HTTP/2 preface with server.http2 off; closed");
+                drop(accepted);
+                return;
+            }
             let io = TokioIo::new(Prefixed::new(first, stream));
             let served = if h2 {
+                // Closed once it has no open stream for `header_read_timeout`, its
+                // first request included (issue 46 §3).
+                let streams = idle::Streams::new();
+                let service = idle::counted(&streams, service);
                 let conn = builders.http2.serve_connection(io, service);
-                drain.watch(conn, |c| c.graceful_shutdown()).await
+                let conn = drain.watch(conn, |c| c.graceful_shutdown());
+                idle::closing_when_idle(conn, &streams, header_read_timeout).await
             } else {
                 let conn = builders.http1.serve_connection(io, service);
                 drain.watch(conn, |c| c.graceful_shutdown()).await

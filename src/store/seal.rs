@@ -43,12 +43,32 @@ pub struct Sealed {
     pub format: u8,
 }
 
+/// The format of [`Sealed::unsealed`]: no sealed bytes at all.
+pub const UNSEALED: u8 = 0;
+
+impl Sealed {
+    /// What a record read in clear while encryption is on carries instead of sealed
+    /// bytes (issue 46 §1): a store writer without the key could have made it, so it is
+    /// as unreadable as a sealed record no key opens (409 `record_unreadable`), unless
+    /// `accept_unsealed_until` dates it from before encryption was turned on.
+    pub fn unsealed() -> Sealed {
+        Sealed {
+            key_id: "(not sealed)".to_owned(),
+            bytes: Bytes::new(),
+            format: UNSEALED,
+        }
+    }
+}
+
 /// The keys of `store.encryption`, loaded from their files. Its `Debug` shows the ids
 /// only: key material never reaches a log line.
 pub struct Keyring {
     keys: Vec<(String, LessSafeKey)>,
     /// Keys the credential hash (`credential_key.rs`); `None` keeps it plain SHA-256.
     credential_key: Option<ring::hmac::Key>,
+    /// `accept_unsealed_until` (unix ms): unsealed records created before it are read
+    /// as they are; `None`: none is.
+    accept_unsealed_until_ms: Option<u64>,
 }
 
 /// A sealed record none of the keys opens (a dropped key, a replica without keys, a
@@ -81,7 +101,24 @@ impl Keyring {
         Ok(Keyring {
             keys: loaded,
             credential_key: None,
+            accept_unsealed_until_ms: None,
         })
+    }
+
+    /// Read unsealed records created before `until_ms` (unix ms) as they are: records
+    /// written before encryption was turned on on a live store.
+    pub fn accepting_unsealed_until(mut self, until_ms: Option<u64>) -> Keyring {
+        self.accept_unsealed_until_ms = until_ms;
+        self
+    }
+
+    /// Whether an unsealed record created at `created_at_ms` is read as it is. Its
+    /// `created_at` is as readable as the rest of it, so this trusts the store writer
+    /// for records dated before the setting: keep the setting only for one `retention`
+    /// after turning encryption on (README).
+    pub fn accepts_unsealed(&self, created_at_ms: u64) -> bool {
+        self.accept_unsealed_until_ms
+            .is_some_and(|until| created_at_ms < until)
     }
 
     /// The ids, sealing key first.
@@ -214,6 +251,14 @@ impl Keyring {
     /// Why `sealed` does not open here (its key not listed, a format this release does
     /// not know, or it fails to open): for the log line of a 409 `record_unreadable`.
     pub fn why_unreadable(&self, sealed: &Sealed) -> Unreadable {
+        if sealed.format == UNSEALED && sealed.bytes.is_empty() {
+            return Unreadable(
+                "stored unsealed while store.encryption is on (a store writer without the key, \
+                 or a record from before encryption that store.encryption.accept_unsealed_until \
+                 does not cover)"
+                    .to_owned(),
+            );
+        }
         if !self.keys.iter().any(|(id, _)| *id == sealed.key_id) {
             let message = format!("sealed with key {:?}, which is not listed", sealed.key_id);
             return Unreadable(message);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-use super::seal::{Keyring, Unreadable};
+use super::seal::{Keyring, Sealed, Unreadable};
 use super::Record;
 use crate::config::EncryptionConfig;
 use crate::key::StoreKey;
@@ -103,9 +103,18 @@ impl Sealing {
     }
 
     /// Open `record`, read under `key`, in place; one that does not open stays sealed.
+    /// While encryption is on, a record read in clear is marked unreadable
+    /// ([`Sealed::unsealed`]) unless `accept_unsealed_until` covers it: a store writer
+    /// without the key must not plant an answer (issue 46 §1).
     #[inline]
     pub(super) fn open(&self, record: &mut Record, key: &StoreKey) {
         if record.sealed.is_none() {
+            self.with_keyring(|keyring| {
+                if !keyring.accepts_unsealed(record.created_at_ms) {
+                    record.sealed = Some(Box::new(Sealed::unsealed()));
+                }
+                Some(())
+            });
             return;
         }
         self.with_keyring(|keyring| keyring.open(record, key).ok());
@@ -144,7 +153,7 @@ fn load_keyring(cfg: Option<&EncryptionConfig>) -> Result<Option<Keyring>, Strin
     let Some(cfg) = cfg else {
         return Ok(None);
     };
-    let keyring = Keyring::load(&cfg.keys)?;
+    let keyring = Keyring::load(&cfg.keys)?.accepting_unsealed_until(cfg.accept_unsealed_until_ms);
     Ok(Some(match &cfg.credential_key_file {
         Some(file) => keyring.with_credential_key(file)?,
         None => keyring,
@@ -166,6 +175,7 @@ mod tests {
         let cfg = EncryptionConfig {
             keys: vec![("k1".to_owned(), file)],
             credential_key_file: None,
+            accept_unsealed_until_ms: None,
         };
         let key = StoreKey::new("r", "ada@example.com", "charge:1");
         let r = Record::in_progress(
@@ -193,7 +203,8 @@ mod tests {
         assert!(sealing
             .reload(Some(&EncryptionConfig {
                 keys: vec![],
-                credential_key_file: None
+                credential_key_file: None,
+                accept_unsealed_until_ms: None,
             }))
             .is_err());
     }

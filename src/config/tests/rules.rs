@@ -164,7 +164,7 @@ fn warnings_do_not_fail_the_load() {
     let c = ok(&route(
         "    key: \"{path.id}\"\n    wait_timeout: 5s\n    on_concurrent: wait\n",
     ));
-    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert!(other_warnings(&c).is_empty(), "{:?}", c.warnings);
 }
 
 #[test]
@@ -172,8 +172,8 @@ fn defaults_wait_timeout_warns_only_when_nobody_waits() {
     let text = |oc: &str| {
         format!("{MINIMAL}defaults:\n  wait_timeout: 5s\nroutes:\n  - {{name: a, path: /a, key: \"{{method}}\", on_concurrent: {oc}}}\n")
     };
-    assert!(ok(&text("wait")).warnings.is_empty());
-    assert!(ok(&text("conflict")).warnings[0].contains("defaults.wait_timeout: ignored"));
+    assert!(other_warnings(&ok(&text("wait"))).is_empty());
+    assert!(other_warnings(&ok(&text("conflict")))[0].contains("defaults.wait_timeout: ignored"));
 }
 
 #[test]
@@ -330,7 +330,7 @@ fn unknown_outcome_settings_are_checked() {
     let lookup = search.routes[0].reconcile.as_deref().unwrap();
     assert_eq!(lookup.found_json.as_deref(), Some("/data/0"));
     assert_eq!(lookup.absent, [200, 404]);
-    assert!(search.warnings.is_empty(), "{:?}", search.warnings);
+    assert!(other_warnings(&search).is_empty(), "{:?}", search.warnings);
     has(
         &errors(&route(
             "    reconcile: {path: \"/s?k={key}\", found_json: data}\n",
@@ -346,7 +346,7 @@ fn unknown_outcome_settings_are_checked() {
         c.warnings
     );
     let by_id = ok(&route("    reconcile: {path: \"/c/{key}\"}\n"));
-    assert!(by_id.warnings.is_empty(), "{:?}", by_id.warnings);
+    assert!(other_warnings(&by_id).is_empty(), "{:?}", by_id.warnings);
     // Defaults: hold without a window (nothing says a second send is safe), no lookup;
     // retry once the route declares the provider's window.
     let d = &ok(&route("")).routes[0];
@@ -385,4 +385,36 @@ fn store_headers_are_read() {
     );
     has(&errors(&format!("{MINIMAL}routes:\n  - name: charge\n    path: /c\n    key: k\n    store_headers: [a]\n")), "expected a map");
     has(&errors(&format!("{MINIMAL}routes:\n  - name: charge\n    path: /c\n    key: k\n    store_headers: {{exclud: [a]}}\n")), "did you mean \"exclude\"");
+}
+
+#[test]
+fn a_body_limit_over_the_buffer_budget_warns() {
+    let c = ok(&format!(
+        "{MINIMAL}server:\n  max_buffered_bytes: 1MiB\ndefault: reject\nroutes:\n  - {{name: big, path: /b, key: \"{{method}}\", max_request_bytes: 2MiB}}\n  - {{name: small, path: /s, key: \"{{method}}\"}}\n"
+    ));
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].contains("routes[0].max_request_bytes")
+            && c.warnings[0].contains("always 503"),
+        "{:?}",
+        c.warnings
+    );
+    let c = ok(&format!(
+        "{MINIMAL}server:\n  body_read_timeout: 5s\n  http2: false\n  http2_max_streams: 10\n"
+    ));
+    assert_eq!(
+        c.server.body_read_timeout(&c.upstream),
+        std::time::Duration::from_secs(5)
+    );
+    assert!(!c.server.http2);
+    assert_eq!(c.server.http2_max_streams, 10);
+    let c = ok(
+        &format!("{MINIMAL}upstream:\n  url: http://127.0.0.1:3000\n  timeout: 3s\n")
+            .replacen(MINIMAL, "", 1),
+    );
+    assert_eq!(
+        c.server.body_read_timeout(&c.upstream),
+        std::time::Duration::from_secs(3)
+    );
+    assert_eq!(c.server.max_buffered_bytes, 64 << 20);
 }

@@ -25,7 +25,7 @@ fn headers(pairs: &[(&HeaderName, &'static str)]) -> HeaderMap {
 }
 
 #[test]
-fn headers_spare_the_body_parse_only_for_what_is_not_protected() {
+fn every_post_is_read_whatever_its_headers_say() {
     let r = route();
     let post = Method::POST;
     assert_eq!(hint(&Method::GET, &HeaderMap::new(), &r), HeaderHint::Pass);
@@ -35,13 +35,9 @@ fn headers_spare_the_body_parse_only_for_what_is_not_protected() {
     );
     assert_eq!(hint(&post, &HeaderMap::new(), &r), HeaderHint::NeedBody);
     let other_tool = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "lookup")]);
-    assert_eq!(hint(&post, &other_tool, &r), HeaderHint::Pass);
-    let ours = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "charge_customer")]);
-    assert_eq!(hint(&post, &ours, &r), HeaderHint::NeedBody);
-    let list = headers(&[(&MCP_METHOD, "tools/list")]);
-    assert_eq!(hint(&post, &list, &r), HeaderHint::ToolsList);
-    let discover = headers(&[(&MCP_METHOD, "server/discover")]);
-    assert_eq!(hint(&post, &discover, &r), HeaderHint::Pass);
+    assert_eq!(hint(&post, &other_tool, &r), HeaderHint::NeedBody);
+    let ping = headers(&[(&MCP_METHOD, "ping")]);
+    assert_eq!(hint(&post, &ping, &r), HeaderHint::NeedBody);
 }
 
 #[test]
@@ -76,13 +72,75 @@ fn id_and_meta_never_change_the_args_hash() {
 }
 
 #[test]
-fn the_body_decides_when_headers_disagree() {
+fn headers_that_disagree_with_the_body_are_refused() {
     let r = route();
     let body = call("1", "charge_customer", "{}", "{}");
+    let refused = |h: &HeaderMap, body: &BodyView| match classify(body, h, &r) {
+        Message::Refused(Refusal::HeaderMismatch { id, detail }) => Some((id, detail)),
+        _ => None,
+    };
     let wrong_name = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "other")]);
-    assert!(matches!(classify(&body, &wrong_name, &r), Message::Other));
+    let (id, detail) = refused(&wrong_name, &body).expect("mismatched name");
+    assert_eq!(id, serde_json::json!(1));
+    assert!(detail.contains("Mcp-Name"), "{detail}");
+    let ping = headers(&[(&MCP_METHOD, "ping")]);
+    assert!(refused(&ping, &body).is_some());
     let wrong_method = headers(&[(&MCP_METHOD, "tools/list")]);
-    assert!(matches!(classify(&body, &wrong_method, &r), Message::Other));
+    assert!(refused(&wrong_method, &body).is_some());
+    let agreeing = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "charge_customer")]);
+    assert!(matches!(
+        classify(&body, &agreeing, &r),
+        Message::ToolCall(_)
+    ));
+    // `=?base64?…?=`: "charge_customer".
+    let encoded = headers(&[(&MCP_NAME, "=?base64?Y2hhcmdlX2N1c3RvbWVy?=")]);
+    assert!(matches!(
+        classify(&body, &encoded, &r),
+        Message::ToolCall(_)
+    ));
+    let unprotected = call("1", "lookup", "{}", "{}");
+    let named = headers(&[(&MCP_METHOD, "tools/call"), (&MCP_NAME, "lookup")]);
+    assert!(matches!(classify(&unprotected, &named, &r), Message::Other));
+}
+
+#[test]
+fn batches_with_a_protected_call_and_duplicate_members_are_refused() {
+    let r = route();
+    let batch = BodyView::new(Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"charge_customer"}},{"jsonrpc":"2.0","method":"notifications/x"}]"#,
+    ));
+    let Message::Refused(Refusal::Batch { requests, .. }) = classify(&batch, &HeaderMap::new(), &r)
+    else {
+        panic!("refused")
+    };
+    assert_eq!(
+        requests,
+        [
+            (serde_json::json!(1), None),
+            (serde_json::json!("c"), Some("charge_customer".to_owned()))
+        ]
+    );
+    let harmless = BodyView::new(Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"}}]"#,
+    ));
+    assert!(matches!(
+        classify(&harmless, &HeaderMap::new(), &r),
+        Message::Other
+    ));
+    let twice = BodyView::new(Bytes::from_static(
+        br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"charge_customer","name":"lookup"}}"#,
+    ));
+    let Message::Refused(Refusal::Duplicate { id, tool_call, .. }) =
+        classify(&twice, &HeaderMap::new(), &r)
+    else {
+        panic!("refused")
+    };
+    assert_eq!((id, tool_call), (Some(serde_json::json!(4)), true));
+}
+
+#[test]
+fn the_body_decides() {
+    let r = route();
     let other_tool = call("1", "lookup", "{}", "{}");
     assert!(matches!(
         classify(&other_tool, &HeaderMap::new(), &r),

@@ -200,7 +200,7 @@ fn outcome_classes() {
             "{status}"
         );
     }
-    for status in [500, 502, 503, 504, 408, 409, 425, 429] {
+    for status in [500, 502, 503, 504, 401, 403, 407, 408, 409, 425, 429] {
         assert_eq!(
             settle(Exchanged::Answered(status), &p),
             Settle::Release,

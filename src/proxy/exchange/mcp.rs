@@ -23,11 +23,14 @@ use crate::mcp::ToolCall;
 use crate::proxy::capture::{stored_headers, Capture};
 use crate::proxy::decide::Exchanged;
 use crate::proxy::headers::APPLICATION_JSON;
+use crate::proxy::Buffers;
 use crate::store::StoredResponse;
 
 pub struct McpAnswer<'c> {
     call: &'c ToolCall,
     policy: &'c RoutePolicy,
+    /// `server.max_buffered_bytes`, which a JSON answer's copy counts against.
+    buffers: &'c Buffers,
     read: Reading,
     /// The headers a replay carries.
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -48,10 +51,11 @@ enum Reading {
 }
 
 impl<'c> McpAnswer<'c> {
-    pub fn new(call: &'c ToolCall, policy: &'c RoutePolicy) -> Self {
+    pub fn new(call: &'c ToolCall, policy: &'c RoutePolicy, buffers: &'c Buffers) -> Self {
         McpAnswer {
             call,
             policy,
+            buffers,
             read: Reading::Nothing,
             headers: Vec::new(),
             found: None,
@@ -76,7 +80,7 @@ impl Answer for McpAnswer<'_> {
         self.read = match (head.status.is_success(), is_event_stream(&head.headers)) {
             (false, _) => Reading::TransportError,
             (true, true) => Reading::Events(EventSplitter::new(limit)),
-            (true, false) => Reading::Json(Capture::new(limit, size.exact())),
+            (true, false) => Reading::Json(Capture::new(limit, size.exact(), self.buffers)),
         };
         // A replay goes to other sessions (clients adopt any session id they see) as one
         // `application/json` message, whatever the first answer's type was.
@@ -168,7 +172,7 @@ mod tests {
             .body(())
             .unwrap();
         let (parts, ()) = head.into_parts();
-        let mut answer = McpAnswer::new(&call, &policy);
+        let mut answer = McpAnswer::new(&call, &policy, Buffers::unbounded());
         answer.head(&parts, http_body::SizeHint::default());
         let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#);
         assert!(!answer.data(&body));
@@ -181,7 +185,7 @@ mod tests {
         assert_eq!(names(stored), ["x-kept", "content-type"]);
         policy.store_headers.include = Some(vec![HeaderName::from_static("x-trace-note")]);
         let policy = Arc::new(policy);
-        let mut answer = McpAnswer::new(&call, &policy);
+        let mut answer = McpAnswer::new(&call, &policy, Buffers::unbounded());
         answer.head(&parts, http_body::SizeHint::default());
         answer.data(&body);
         let (_, stored) = answer.finish().unwrap();

@@ -9,10 +9,13 @@ use super::Answer;
 use crate::config::RoutePolicy;
 use crate::proxy::capture::{stored_headers, Capture};
 use crate::proxy::decide::{settle, Exchanged, Settle};
+use crate::proxy::Buffers;
 use crate::store::StoredResponse;
 
 pub struct StatusAnswer<'p> {
     policy: &'p RoutePolicy,
+    /// `server.max_buffered_bytes`, which the copy for the record counts against.
+    buffers: &'p Buffers,
     /// Capture whatever the status (a reconciliation lookup's found answer).
     keep_any: bool,
     /// The status and the headers to record, once the head is in (storable answers).
@@ -25,18 +28,21 @@ struct StoredHead {
 }
 
 impl<'p> StatusAnswer<'p> {
-    pub fn new(policy: &'p RoutePolicy) -> Self {
+    pub fn new(policy: &'p RoutePolicy, buffers: &'p Buffers) -> Self {
         StatusAnswer {
             policy,
+            buffers,
             keep_any: false,
             head: None,
         }
     }
 
     /// An answer captured whatever its status, up to `max_response_bytes`.
+    /// (A lookup, not a call: bounded by its route's `max_response_bytes` only.)
     pub fn keeping(policy: &'p RoutePolicy) -> Self {
         StatusAnswer {
             policy,
+            buffers: Buffers::unbounded(),
             keep_any: true,
             head: None,
         }
@@ -50,7 +56,7 @@ impl Answer for StatusAnswer<'_> {
             self.keep_any || settle(Exchanged::Answered(status), self.policy) == Settle::Store;
         let kept = storable.then(|| StoredHead {
             headers: stored_headers(&head.headers, self.policy),
-            body: Capture::new(self.policy.max_response_bytes, size.exact()),
+            body: Capture::new(self.policy.max_response_bytes, size.exact(), self.buffers),
         });
         self.head = Some((status, kept));
     }

@@ -71,8 +71,7 @@ struct Flow<'a> {
 /// Read the body (bounded) and protect the request.
 pub async fn protect(cx: &RequestContext, inbound: Inbound, body: Incoming) -> Handled {
     let limit = inbound.policy.max_request_bytes;
-    let timeout = cx.worker.upstream.timeout;
-    let raw = read_body(body, &inbound.parts.headers, limit, timeout).await;
+    let raw = read_body(body, &inbound.parts.headers, limit, &cx.worker).await;
     let view = BodyView::new(raw.as_ref().cloned().unwrap_or_default());
     let mut flow = Flow::new(cx, inbound, view, None);
     if let Err(p) = raw {

@@ -80,8 +80,8 @@ impl Flow<'_> {
     /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).
     pub(super) fn replay(self, stored: &StoredResponse, body: &Bytes, reconciled: bool) -> Handled {
         let mut response = match &self.mcp {
-            Some(call) => replay_mcp(stored, body, call),
-            None => replay(stored, body),
+            Some(call) => replay_mcp(stored, body, call, &self.policy.store_headers.exclude),
+            None => replay(stored, body, &self.policy.store_headers.exclude),
         };
         if reconciled {
             let headers = response.headers_mut();
