@@ -36,16 +36,6 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn run(what: &str, cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The venv's python and the chromium binary, installing Playwright if needed (once
 /// per process).
 pub fn ensure() -> &'static (PathBuf, PathBuf) {
@@ -72,14 +62,14 @@ pub fn ensure() -> &'static (PathBuf, PathBuf) {
             );
             std::fs::create_dir_all(&dir).expect("create target/browser-peers");
             if !python.exists() {
-                run(
+                crate::support::run_ok(
                     "python3 -m venv",
                     Command::new("python3")
                         .args(["-m", "venv"])
                         .arg(dir.join("venv")),
                 );
             }
-            run(
+            crate::support::run_ok(
                 "pip install playwright (PyPI)",
                 Command::new(&python).args(["-m", "pip", "install", "-q", PLAYWRIGHT]),
             );

@@ -11,7 +11,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -33,29 +33,6 @@ pub fn python() -> PathBuf {
     peers_dir().join("venv/bin/python")
 }
 
-fn run(what: &str, cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn require(tool: &str, hint: &str) {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "`{tool}` not found: the agent runtime tests run the real frameworks. {hint}"
-    );
-}
-
 /// Install the pinned runtimes into `target/agent-peers/` unless the same pins are
 /// there already (once per process; the stamp holds the pin files' contents).
 pub fn ensure_peers() -> &'static Path {
@@ -74,23 +51,25 @@ pub fn ensure_peers() -> &'static Path {
         let pins = format!("{requirements}\n{constraints}\n{package}\n{lock}");
         let stamp = dir.join("installed.pins");
         if std::fs::read_to_string(&stamp).ok().as_deref() != Some(pins.as_str()) {
-            require(
+            super::require_tool(
                 "python3",
+                "the agent runtime tests run the real frameworks",
                 "Install Python 3.10+ with venv (Debian: apt-get install python3 python3-venv).",
             );
-            require(
+            super::require_tool(
                 "node",
+                "the agent runtime tests run the real frameworks",
                 "Install Node.js 18+ and npm (Debian: apt-get install nodejs npm).",
             );
             if !python().exists() {
-                run(
+                super::run_ok(
                     "python3 -m venv",
                     Command::new("python3")
                         .args(["-m", "venv"])
                         .arg(dir.join("venv")),
                 );
             }
-            run(
+            super::run_ok(
                 "pip install the agent runtimes (examples/agents/requirements.txt)",
                 Command::new(python())
                     .args([
@@ -107,7 +86,7 @@ pub fn ensure_peers() -> &'static Path {
             );
             std::fs::write(dir.join("package.json"), &package).expect("write package.json");
             std::fs::write(dir.join("package-lock.json"), &lock).expect("write package-lock.json");
-            run(
+            super::run_ok(
                 "npm install the Vercel AI SDK (examples/agents/package.json)",
                 Command::new("npm")
                     .args(["install", "--silent", "--no-audit", "--no-fund"])

@@ -31,29 +31,6 @@ fn python() -> PathBuf {
     peers_dir().join("venv/bin/python")
 }
 
-fn run(what: &str, cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn require(tool: &str, hint: &str) {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "`{tool}` not found: the MCP tests run the official SDKs. {hint}"
-    );
-}
-
 /// Install the SDKs into `target/mcp-peers/` unless they are there (once per process).
 pub fn ensure_peers() -> &'static Path {
     static READY: OnceLock<PathBuf> = OnceLock::new();
@@ -62,23 +39,25 @@ pub fn ensure_peers() -> &'static Path {
         std::fs::create_dir_all(&dir).expect("create target/mcp-peers");
         let stamp = dir.join(format!("installed {PYTHON_SDK} {TYPESCRIPT_SDK}").replace('/', "_"));
         if !stamp.exists() {
-            require(
+            super::require_tool(
                 "python3",
+                "the MCP tests run the official SDKs",
                 "Install Python 3.10+ with venv (Debian: apt-get install python3 python3-venv).",
             );
-            require(
+            super::require_tool(
                 "node",
+                "the MCP tests run the official SDKs",
                 "Install Node.js 18+ and npm (Debian: apt-get install nodejs npm).",
             );
             if !python().exists() {
-                run(
+                super::run_ok(
                     "python3 -m venv",
                     Command::new("python3")
                         .args(["-m", "venv"])
                         .arg(dir.join("venv")),
                 );
             }
-            run(
+            super::run_ok(
                 "pip install the MCP Python SDK",
                 Command::new(python()).args(["-m", "pip", "install", "-q", PYTHON_SDK]),
             );
@@ -89,7 +68,7 @@ pub fn ensure_peers() -> &'static Path {
                 )
                 .expect("write package.json");
             }
-            run(
+            super::run_ok(
                 "npm install the MCP TypeScript SDK",
                 Command::new("npm")
                     .args([

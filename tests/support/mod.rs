@@ -34,3 +34,27 @@ pub fn peers_dir(name: &str) -> std::path::PathBuf {
     };
     target.join(name)
 }
+
+/// Runs `cmd` to completion (installing a real peer: pip, npm); panics with its output
+/// when it fails, so an install that did not work is never a silent skip.
+pub fn run_ok(what: &str, cmd: &mut std::process::Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Panics unless `tool --version` runs: `who` says which tests need it, `hint` how to
+/// install it.
+pub fn require_tool(tool: &str, who: &str, hint: &str) {
+    let found = std::process::Command::new(tool)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(found, "`{tool}` not found: {who}. {hint}");
+}
