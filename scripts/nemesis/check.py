@@ -230,7 +230,8 @@ def summary(replay, seed, store, minutes, intents, workload, faults, upstream, v
                                        f"(by the upstream, {upstream.dedup_window:g}s window)"),
         ("reconcile lookups", f"{len(lookups)} ({sum(l.found is not None for l in lookups)} "
                               f"found, {sum(l.found is None for l in lookups)} absent)"),
-        ("operator", f"{oncall.listings} listings; resolved: " + (", ".join(
+        ("operator", f"{oncall.listings} listings ({oncall.listing_errors} found no replica "
+                     "answering); resolved: " + (", ".join(
             f"{k} {n}" for k, n in sorted(oncall.counts().items())) or "none")),
         ("explained re-executions", f"{len(explained)}" + (" (after: " + ", ".join(
             f"{k} {n}" for k, n in sorted(causes(explained).items())) + ")" if explained else "")),

@@ -166,7 +166,8 @@ class Link:
             if data:
                 raise RuntimeError(f"link {self.name}: dropping, yet the probe got {data[:20]!r}")
         elif self.mode == "delay":
-            took, data = self.probe(2 * self.delay + 3.0)
+            # Generous: the driver's threads (every caller is one) may hold the loop back.
+            took, data = self.probe(2 * self.delay + 10.0)
             if not data or not data.startswith(expect):
                 raise RuntimeError(f"link {self.name}: delayed probe got {data!r}")
             if took < 0.9 * self.delay:

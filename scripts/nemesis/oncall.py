@@ -68,7 +68,7 @@ class Operator:
     def list(self, replica):
         try:
             with urllib.request.urlopen(replica.admin_url("/v1/unknown?limit=1000"),
-                                        timeout=2) as resp:
+                                        timeout=5) as resp:
                 return json.loads(resp.read())["unknown"]
         except (OSError, ValueError, KeyError):
             return None

@@ -177,7 +177,11 @@ class Upstream:
                     e.how, e.end = "reset", upstream.clock()
                     return self.reset()
                 stalled = mode == "stall"
-                time.sleep(upstream.stall_for if stalled else upstream.latency(key, e.n))
+                # A probe is answered at once unless stalled, so a stall is told apart
+                # from a slow execution.
+                probe = self.path.startswith("/probe")
+                time.sleep(upstream.stall_for if stalled else 0.0 if probe
+                           else upstream.latency(key, e.n))
                 e.how, e.end = ("stalled" if stalled else "answered"), upstream.clock()
                 try:
                     self.reply(201, e.body)
