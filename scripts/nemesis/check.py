@@ -14,14 +14,16 @@ Violations:
     nothing excuses a second effect: idem forwarded past the window.
   - `hold` and `reconcile`: more than one effect, unless the re-execution is EXPLAINED,
     which is counted and printed apart, never silently:
+    - `store clock step`: an effective `st-clock` fault overlapped the earlier
+      execution's lease (from a lease before it started) up to the re-execution: a
+      store whose own clock steps is outside idem's reach (SPEC §1);
     - `lookup blind to the call` (`reconcile`): the repeat that executed again had
       asked the upstream's search (the lookup carries its caller), the search answered
       absent, and the earlier execution had not completed at that moment (still
       running, or still on its way through a delayed link): the search sees a call only
-      once it is done, and absent means "forward it again" (SPEC §1);
-    - `store clock step`: an effective `st-clock` fault overlapped the earlier
-      execution's lease (from a lease before it started) up to the re-execution: a
-      store whose own clock steps is outside idem's reach (SPEC §1).
+      once it is done, and absent means "forward it again" (SPEC §1). Only when idem
+      had lost that execution's outcome and its lease could have ended by the lookup
+      (`lost`), else a lookup on a live lease is a takeover idem must not make.
 - `different-2xx`: callers of one intent got 2xx answers naming different executions
   (allowed only when every re-execution of it is explained), or one naming none of its
   executions. A body names an execution by its id: the execution's own answer, the
@@ -92,6 +94,81 @@ def blind_lookup(prev, nxt, lookups):
     return last if prev.end is None or prev.end > last.at else None
 
 
+TOLERANCE = 1.0
+MERGE_GAP = 0.5
+
+
+def lost(prev, faults, lease, upstream_timeout):
+    """From when a repeat may find `prev`'s lease ended (run clock), and why; None if no
+    effective fault made idem lose its outcome. The fault must have: the upstream reset
+    or stalled it, or the owner's link to the upstream dropped or delayed it; the owner
+    was killed; the owner was frozen, or cut off from the store (a store restart or
+    freeze, from the kill to its readiness; its own store link dropped or delayed) long
+    enough for the lease to run out (2/3 lease: the last renewal may be lease/3 old); or
+    the store failed over. The lease ends at least 2/3 lease after, less TOLERANCE.
+
+    The owner's freezes and kill and its store outages are merged when less than
+    MERGE_GAP lies between them: the owner renews through neither, and a failed renewal
+    is retried within MERGE_GAP (`proxy/lease.rs`), so back-to-back outages cut it off
+    as one long one (seed 11, 10 minutes on Redis)."""
+    end = prev.end if prev.end is not None else float("inf")
+    need = 2 / 3 * lease - TOLERANCE
+    reasons = []
+    if prev.how == "reset":
+        reasons.append((prev.end, "upstream reset it"))
+    elif prev.how == "stalled":
+        reasons.append((prev.start + upstream_timeout, "upstream stalled"))
+    cut_off = []
+    for f in faults:
+        if f.started is None or not f.effective:
+            continue
+        f_end = f.ended if f.ended is not None else float("inf")
+        during = f.started <= end + 2.0 and f_end >= prev.start - 0.2
+        mine = f.target == prev.replica
+        if f.kind == "kill" and mine:
+            # A killed owner never writes for this attempt again, restarted or not.
+            cut_off.append((f.started, f_end, f"replica {prev.replica} killed", during))
+        elif f.kind == "pause" and mine:
+            cut_off.append((f.started, f_end, f"replica {prev.replica} frozen", False))
+        elif f.kind in ("st-restart", "st-pause"):
+            cut_off.append((f.started, f_end, f"store {f.kind[3:]}", False))
+        elif f.kind in ("link-drop", "link-delay") and f.target == f"{prev.replica}/store":
+            cut_off.append((f.started, f_end, f"store {f.kind}", False))
+        elif f.kind == "link-drop" and f.target == f"{prev.replica}/upstream" and during:
+            reasons.append((max(f.started, prev.start), "upstream link dropped"))
+        elif f.kind == "link-delay" and f.target == f"{prev.replica}/upstream" \
+                and f.started <= end + 2.0 and f_end >= prev.start - 2 * f.delay:
+            reasons.append((prev.start + upstream_timeout - 2 * f.delay, "upstream link delayed"))
+        elif f.kind == "failover" and during:
+            lost_at = max(min(f.started, end), prev.start)
+            reasons.append((lost_at - 2 / 3 * lease, "store failover"))
+    for started, f_end, what, killed in merged(cut_off):
+        if not (started <= end + 2.0 and f_end >= prev.start - 0.2):
+            continue
+        lost_at = max(min(started, end), prev.start)
+        if killed:
+            reasons.append((lost_at, what))
+        elif f_end - lost_at >= need:
+            reasons.append((lost_at, f"{what} {f_end - started:.1f}s"))
+    if not reasons:
+        return None
+    at, why = min(reasons)
+    return at + 2 / 3 * lease - TOLERANCE, why
+
+
+def merged(intervals):
+    """Intervals (start, end, what, killed) joined where less than MERGE_GAP separates
+    them; a joined one is `killed` when any of its parts is."""
+    out = []
+    for start, end, what, killed in sorted(intervals):
+        if out and start - out[-1][1] < MERGE_GAP:
+            s0, e0, w0, k0 = out[-1]
+            out[-1] = (s0, max(e0, end), w0 if w0 == what else f"{w0} + {what}", k0 or killed)
+        else:
+            out.append((start, end, what, killed))
+    return out
+
+
 def clock_step(prev, nxt, faults, lease):
     """An effective store clock step overlapping prev's lease up to nxt, or None."""
     for f in faults:
@@ -102,7 +179,7 @@ def clock_step(prev, nxt, faults, lease):
     return None
 
 
-def judge(intents, upstream, faults, listed, lease):
+def judge(intents, upstream, faults, listed, lease, upstream_timeout):
     by_key = {i.key: i for i in intents}
     violations, explained = [], []
     for f in faults:
@@ -123,23 +200,27 @@ def judge(intents, upstream, faults, listed, lease):
                                f"for {upstream.dedup_window:g}s: {describe_runs(runs)}"))
         elif len(runs) > 1:
             for prev, nxt in zip(runs, runs[1:]):
-                blind = blind_lookup(prev, nxt, lookups) if intent.route == "reconcile" else None
-                if blind is not None:
-                    explained.append((intent.key, f"#{nxt.n} after lookup blind to the call",
-                                      f"search at {blind.at:.2f}s by {blind.caller} answered "
-                                      f"absent; #{prev.n} "
-                                      + ("never completed" if prev.end is None else
-                                         f"completed at {prev.end:.2f}s")))
-                    continue
                 step = clock_step(prev, nxt, faults, lease)
                 if step is not None:
                     explained.append((intent.key, f"#{nxt.n} after store clock step",
                                       step.describe().strip()))
                     continue
+                blind = blind_lookup(prev, nxt, lookups) if intent.route == "reconcile" else None
+                why = lost(prev, faults, lease, upstream_timeout) if blind else None
+                if blind is not None and why is not None and blind.at >= why[0]:
+                    explained.append((intent.key, f"#{nxt.n} after lookup blind to the call",
+                                      f"search at {blind.at:.2f}s by {blind.caller} answered "
+                                      f"absent; #{prev.n} " + (
+                                          "never completed" if prev.end is None else
+                                          f"completed at {prev.end:.2f}s") + f" ({why[1]})"))
+                    continue
                 all_explained = False
+                detail = "nothing explains it" if blind is None else \
+                    f"its search at {blind.at:.2f}s was blind to #{prev.n}, but " + (
+                        "nothing made idem lose it" if why is None else
+                        f"{why[1]}: {why[0] - blind.at:.2f}s before its lease could end")
                 violations.append(("double-execution", intent.key,
-                                   f"execution #{nxt.n} (nothing explains it): "
-                                   f"{describe_runs(runs)}"))
+                                   f"execution #{nxt.n} ({detail}): {describe_runs(runs)}"))
         named = {execution_id(a.body) for a in intent.answers if 200 <= a.status < 300}
         real = {json.loads(e.body)["id"] for e in runs}
         if (len(named) > 1 and not (all_explained and len(runs) > 1)) or named - real:

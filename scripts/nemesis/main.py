@@ -162,7 +162,8 @@ def main():
         print(f"nemesis: settling {len(workload.intents)} intents at {clock():.1f}s", flush=True)
         check.settle(workload.intents, replicas, clock, LEASE)
         listed, truncated = check.unknown_listing(replicas)
-        violations, explained = check.judge(workload.intents, upstream, faults, listed, LEASE)
+        violations, explained = check.judge(workload.intents, upstream, faults, listed, LEASE,
+                                            UPSTREAM_TIMEOUT)
         check.dump(os.path.join(workdir, "history.json"), workload.intents, upstream, faults,
                    oncall.resolutions)
         if truncated:
