@@ -12,7 +12,7 @@ Exit status 1 on any violation, a fault that did not take effect included.
 
 Usually started through scripts/nemesis.sh, which finds or builds the binary.
 Standard library only; needs redis-server (and PostgreSQL's server binaries for
-`--store postgres`) and libfaketime.
+`--store postgres`), libfaketime and cc.
 """
 
 import argparse
@@ -113,6 +113,8 @@ def main():
     duration = args.minutes * 60
     if not os.path.exists(FAKETIME):
         sys.exit(f"libfaketime not found at {FAKETIME} (Debian: apt-get install libfaketime)")
+    if shutil.which("cc") is None:
+        sys.exit("cc not found: the store's clock (scripts/nemesis/storeclock.c) is built with it")
     if shutil.which("redis-server") is None and args.store != "postgres":
         sys.exit("redis-server not found (scripts/test.sh installs it)")
     workdir = args.workdir or tempfile.mkdtemp(prefix="idem-nemesis-")
