@@ -101,6 +101,10 @@ class Link:
             rst(writer)
             return
         pair = (writer, up_writer)
+        if self.mode == "drop":   # dropped while it connected
+            rst(writer)
+            rst(up_writer)
+            return
         self.conns.add(pair)
         try:
             done, pending = await asyncio.wait(

@@ -56,7 +56,7 @@ class Fault:
     def describe(self):
         extra = f" {self.offset:+d}s" if self.kind in ("clock", "st-clock") else ""
         extra += f" {self.delay:.2f}s late" if self.kind == "link-delay" else ""
-        return f"t={self.at:6.2f}s  {self.kind:<10} {self.target:<10} for {self.length:5.2f}s{extra}"
+        return f"t={self.at:6.2f}s  {self.kind:<10} {self.target:<11} for {self.length:5.2f}s{extra}"
 
 
 def make(seed, duration, replicas, store, lease, store_links=True):
