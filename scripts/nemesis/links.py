@@ -9,12 +9,20 @@ lease) or `drop` (every connection through it is reset, RST, and new ones are re
 accept). Each fault is verified through the link itself (`probe`): a delay must hold a
 probe's answer back, a drop must reset the probe.
 
-All proxies share one asyncio loop in a thread of the driver; standard library only.
+The proxies run in a process of their own (`python3 links.py --serve`, one asyncio
+loop, driven by JSON lines on its stdin): in the driver they shared the interpreter
+lock with a thousand caller threads and, under a retry storm, held idem's store
+commands past its `op_timeout` by themselves (PostgreSQL, seed 2: a minute of 503s
+after a store freeze). Standard library only.
 """
 
 import asyncio
+import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -22,13 +30,23 @@ MAX_DELAY = 3.0   # the longest delay the schedule draws; the operator waits pas
 
 
 class Links:
-    """The loop and every proxy of the run."""
+    """Every proxy of the run, served by a child process."""
 
     def __init__(self):
-        self.loop = asyncio.new_event_loop()
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
         self.all = []
         self.by_target, self.probes = {}, {}
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def call(self, **request):
+        with self.lock:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            answer = json.loads(self.proc.stdout.readline() or '{"error": "links exited"}')
+        if "error" in answer:
+            raise RuntimeError(f"links: {answer['error']}")
+        return answer
 
     def add(self, target, links, probe):
         """`target` (`r0/upstream`, `r0/store`) names `links`; `probe()` picks the one to
@@ -47,15 +65,62 @@ class Links:
 
     def link(self, name, target_port, probe):
         """A proxy to 127.0.0.1:`target_port`; `probe` = (request bytes, answer prefix)."""
-        link = Link(name, target_port, probe, self.loop)
-        asyncio.run_coroutine_threadsafe(link.listen(), self.loop).result(10)
+        port = self.call(op="link", name=name, target=target_port)["port"]
+        link = Link(self, name, port, probe)
         self.all.append(link)
         return link
 
     def stop(self):
-        self.open_all()
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
+
+class Link:
+    """The driver's handle on one proxy: set its mode, check it through a probe."""
+
+    def __init__(self, links, name, port, probe):
+        self.links, self.name, self.port, self.probe_io = links, name, port, probe
+        self.mode, self.delay = "open", 0.0
+
+    def set(self, mode, delay=0.0):
+        """`open`, `delay` (seconds) or `drop` (every connection reset now)."""
+        self.mode, self.delay = mode, (delay if mode == "delay" else 0.0)
+        self.links.call(op="set", name=self.name, mode=mode, delay=self.delay)
+
+    def probe(self, timeout):
+        """Send the probe through the link: (seconds to the answer, answer bytes);
+        answer b"" if the link closed or reset it, None if nothing came within `timeout`."""
+        request, _ = self.probe_io
+        start = time.monotonic()
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+                s.sendall(request)
+                s.settimeout(max(0.05, timeout - (time.monotonic() - start)))
+                data = s.recv(64)
+                return time.monotonic() - start, data
+        except socket.timeout:
+            return time.monotonic() - start, None
+        except OSError:
+            return time.monotonic() - start, b""
+
+    def verify(self):
+        """Raise unless the link does what its mode says (the fault took effect)."""
+        _, expect = self.probe_io
+        if self.mode == "drop":
+            took, data = self.probe(1.5)
+            if data:
+                raise RuntimeError(f"link {self.name}: dropping, yet the probe got {data[:20]!r}")
+        elif self.mode == "delay":
+            took, data = self.probe(2 * self.delay + 10.0)
+            if not data or not data.startswith(expect):
+                raise RuntimeError(f"link {self.name}: delayed probe got {data!r}")
+            if took < 0.9 * self.delay:
+                raise RuntimeError(f"link {self.name}: delay {self.delay:.2f}s, "
+                                   f"yet the probe came back in {took:.2f}s")
+
+
+# === the child process: the proxies themselves ===
 
 def rst(writer):
     """Close with a reset, not a FIN: the peer sees the connection broken."""
@@ -68,9 +133,9 @@ def rst(writer):
     writer.transport.abort()
 
 
-class Link:
-    def __init__(self, name, target_port, probe, loop):
-        self.name, self.target_port, self.probe_io, self.loop = name, target_port, probe, loop
+class Proxy:
+    def __init__(self, target_port, loop):
+        self.target_port, self.loop = target_port, loop
         self.mode, self.delay = "open", 0.0
         self.conns = set()
         self.port = None
@@ -79,11 +144,10 @@ class Link:
         server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
         self.port = server.sockets[0].getsockname()[1]
 
-    def set(self, mode, delay=0.0):
-        """From the scheduler's thread: `open`, `delay` (seconds) or `drop`."""
-        self.mode, self.delay = mode, (delay if mode == "delay" else 0.0)
+    async def set(self, mode, delay):
+        self.mode, self.delay = mode, delay
         if mode == "drop":
-            asyncio.run_coroutine_threadsafe(self.drop_all(), self.loop).result(5)
+            await self.drop_all()
 
     async def drop_all(self):
         for pair in list(self.conns):
@@ -146,34 +210,30 @@ class Link:
         finally:
             sender.cancel()
 
-    def probe(self, timeout):
-        """Send the probe through the link: (seconds to the answer, answer bytes);
-        answer b"" if the link closed or reset it, None if nothing came within `timeout`."""
-        request, _ = self.probe_io
-        start = time.monotonic()
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
-                s.sendall(request)
-                s.settimeout(max(0.05, timeout - (time.monotonic() - start)))
-                data = s.recv(64)
-                return time.monotonic() - start, data
-        except socket.timeout:
-            return time.monotonic() - start, None
-        except OSError:
-            return time.monotonic() - start, b""
 
-    def verify(self):
-        """Raise unless the link does what its mode says (the fault took effect)."""
-        _, expect = self.probe_io
-        if self.mode == "drop":
-            took, data = self.probe(1.5)
-            if data:
-                raise RuntimeError(f"link {self.name}: dropping, yet the probe got {data[:20]!r}")
-        elif self.mode == "delay":
-            # Generous: the driver's threads (every caller is one) may hold the loop back.
-            took, data = self.probe(2 * self.delay + 10.0)
-            if not data or not data.startswith(expect):
-                raise RuntimeError(f"link {self.name}: delayed probe got {data!r}")
-            if took < 0.9 * self.delay:
-                raise RuntimeError(f"link {self.name}: delay {self.delay:.2f}s, "
-                                   f"yet the probe came back in {took:.2f}s")
+def serve():
+    """The child: one JSON request a line on stdin, one answer a line on stdout."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    proxies = {}
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+            if req["op"] == "link":
+                proxy = Proxy(req["target"], loop)
+                asyncio.run_coroutine_threadsafe(proxy.listen(), loop).result(10)
+                proxies[req["name"]] = proxy
+                answer = {"port": proxy.port}
+            else:
+                proxy = proxies[req["name"]]
+                asyncio.run_coroutine_threadsafe(
+                    proxy.set(req["mode"], req["delay"]), loop).result(10)
+                answer = {"ok": True}
+        except Exception as e:   # the driver raises it as the fault's failure
+            answer = {"error": repr(e)}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    serve()
