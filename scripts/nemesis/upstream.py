@@ -159,7 +159,10 @@ class Upstream:
                     return self.reply(200, b'{"ok":true}')
                 key = urllib.parse.parse_qs(url.query).get("key", [""])[0]
                 body = upstream.search(key, self.headers.get("x-nemesis-caller", "?"))
-                self.reply(200, b'{"data": [' + (body or b"") + b"]}")
+                try:
+                    self.reply(200, b'{"data": [' + (body or b"") + b"]}")
+                except OSError:
+                    pass   # idem's lookup gave up (its timeout, a dropped link)
 
             def do_POST(self):
                 length = int(self.headers.get("content-length") or 0)
