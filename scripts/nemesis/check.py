@@ -183,7 +183,8 @@ def judge(intents, upstream, faults, listed, lease, upstream_timeout):
     by_key = {i.key: i for i in intents}
     violations, explained = [], []
     for f in faults:
-        if not (f.injected and f.effective):
+        if not (f.injected and f.effective) or f.error is not None:
+            # Its begin, or its end (the process back, the store committing again).
             violations.append(("fault-not-effective", f.kind,
                                f"{f.describe().strip()}: {f.error or 'not injected'}"))
     for k in upstream.executions:
