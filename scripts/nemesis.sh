@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Nemesis run (issue 31 §3): the real idem binary, three replicas on one private store,
-# an upstream that does not deduplicate (it counts executions per Idempotency-Key
-# itself), a stream of intents with concurrent and late duplicates over the replicas,
-# and a seeded fault schedule:
+# Nemesis run (issue 31 §3, issue 45 §3): the real idem binary, three replicas on one
+# private store, an upstream that counts executions per Idempotency-Key itself (and
+# deduplicates only the `retry` route's key, within a window), a stream of intents with
+# concurrent and late duplicates over the replicas on a `hold`, a `retry` and a
+# `reconcile` route, an operator resolving unknown outcomes through the admin API, and a
+# seeded fault schedule:
 #   replicas SIGKILLed (and restarted) and SIGSTOPped (and continued); replica wall
 #   clocks stepped by ±30/±60/+120 s (libfaketime, one clock file per replica);
-#   upstream stalls (answer after idem's timeout) and resets; store restarts and
-#   freezes; a Sentinel failover (--store sentinel) or a PostgreSQL synchronous
-#   standby promoted (--store postgres).
-# Then it checks the whole history: executions per intent ≤ 1 (apart from documented
-# `on_unknown: retry` re-executions), every 2xx of an intent is the same body, every
+#   upstream stalls and resets; store restarts, freezes and clock steps; one replica's
+#   link to the upstream or the store delayed or dropped (a TCP proxy per link); a
+#   Sentinel failover (--store sentinel) or a PostgreSQL synchronous standby promoted
+#   (--store postgres). Every fault is checked to have taken effect; one that did not
+#   fails the run.
+# Then it checks the whole history: effects per intent ≤ 1 (`retry`: exactly; `hold`,
+# `reconcile`: apart from re-executions a store clock step or a lookup blind to a lost
+# call explains, counted apart), every 2xx of an intent names the same execution, every
 # intent left unsettled is listed by GET /v1/unknown. Prints a summary and the seed;
 # the same seed replays the same fault schedule. Exit status 1 on any violation.
 #
@@ -17,7 +22,7 @@
 #                           [--idem PATH_TO_BINARY] [--rate R] [--workdir DIR]
 #
 # Without --idem: target/release/idem, else target/debug/idem, else a release build.
-# Needs python3, redis-server, libfaketime (and PostgreSQL's server binaries for
+# Needs python3, redis-server, libfaketime, cc (and PostgreSQL's server binaries for
 # --store postgres); loopback only; every server is private (free ports, temp dir).
 # Details: docs/reliability.md, "Nemesis run"; the driver is scripts/nemesis/*.py.
 set -euo pipefail

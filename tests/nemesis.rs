@@ -1,9 +1,13 @@
-//! Nemesis run (issue 31 §3) as a test: `scripts/nemesis.sh` for 60 s on Redis, against
-//! the `idem` binary cargo built for this test run. Three replicas, an upstream that
-//! does not deduplicate, duplicates of every intent over the replicas, and a seeded
-//! schedule of replica kills and freezes, wall-clock steps (libfaketime), upstream
-//! stalls and resets, and Redis restarts and freezes; then the script checks the whole
-//! history (see docs/reliability.md, "Nemesis run") and exits non-zero on a violation.
+//! Nemesis run (issue 31 §3, issue 45 §3) as a test: `scripts/nemesis.sh` for 60 s on
+//! Redis, against the `idem` binary cargo built for this test run. Three replicas, an
+//! upstream that counts its executions (deduplicating only the `retry` route's key),
+//! duplicates of every intent over the replicas on a `hold`, a `retry` and a
+//! `reconcile` route, an operator resolving unknown outcomes, and a seeded schedule of
+//! replica kills and freezes, wall-clock steps (libfaketime), upstream stalls and
+//! resets, Redis restarts, freezes and clock steps, and delayed and dropped links
+//! (a TCP proxy per link); every fault is checked to have taken effect. Then the
+//! script checks the whole history (see docs/reliability.md, "Nemesis run") and exits
+//! non-zero on a violation or a fault that did not take effect.
 //!
 //! About 2 minutes (60 s of traffic, then the callers drain, leases run out and every
 //! intent is settled). The seed is random unless `IDEM_NEMESIS_SEED` is set; it is

@@ -1,17 +1,25 @@
 """The replicated stores of a nemesis run (`--store sentinel`, `--store postgres`); the
 standalone Redis is `cluster.Redis`. Each store offers the scheduler the same faults:
 `restart_target()` (a server to SIGKILL and start again), `pause_target()` (a server to
-SIGSTOP/SIGCONT) and `failover()` (lose the primary for good: the Sentinel set promotes a
-replica; PostgreSQL's synchronous standby is promoted with `pg_ctl promote`).
+SIGSTOP/SIGCONT), `clock_target()` (the server whose clock decides leases: its wall
+clock is stepped), `link_ports()` (the servers idem reaches through a link proxy) and
+`failover()` (lose the primary for good: the Sentinel set promotes a replica;
+PostgreSQL's synchronous standby is promoted with `pg_ctl promote`; either is checked
+to have happened).
+
+The Sentinel set has no store links: the sentinels hand idem the servers' own
+addresses, so a proxy in front of them would carry nothing but the discovery.
 """
 
 import glob
 import os
 import shutil
+import struct
 import subprocess
 import time
 
-from cluster import Redis, free_port, redis_cmd, signal_tree, wait_for
+from cluster import (Redis, check_clock, check_dead, check_faked, check_stopped, free_port,
+                     redis_cmd, signal_tree, store_env, wait_for, write_clock)
 import signal
 
 MASTER = "mymaster"
@@ -59,7 +67,7 @@ class SentinelSet:
                 continue
         return self.servers[0]
 
-    def store_yaml(self):
+    def store_yaml(self, via=None):
         nodes = ", ".join(f"redis://127.0.0.1:{p}" for p in self.sentinels)
         return ("store:\n  backend: redis\n  redis:\n    mode: sentinel\n"
                 f"    url: redis://127.0.0.1:1/0\n    nodes: [{nodes}]\n"
@@ -78,16 +86,24 @@ class SentinelSet:
     def pause_target(self):
         return self.master()
 
+    def clock_target(self):
+        return self.master()
+
+    def link_ports(self):
+        return [], None
+
     def failover(self):
-        """Kill the master for good; the sentinels promote a replica. Returns when done."""
+        """Kill the master for good; the sentinels promote a replica. Returns when done,
+        raises if no replica took over within 30 s."""
         old = self.master()
-        old.kill()
+        old.kill(check=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             new = self.master()
             if new is not old and "master" in redis_cmd(new.port, "ROLE"):
                 return
             time.sleep(0.1)
+        raise RuntimeError("sentinel failover: no replica promoted within 30 s")
 
 
 def pg_bin(name):
@@ -121,6 +137,9 @@ class Pg:
                    "-U", "postgres", "-D", self.data, "-R", "-X", "stream", "--no-sync"]
         subprocess.run(as_postgres(cmd), check=True, capture_output=True)
         self.proc = None
+        self.clock_file = os.path.join(workdir, f"{name}.clock")
+        write_clock(self.clock_file, 0)
+        self.env = store_env(workdir, self.clock_file)
         # Set on a primary with a synchronous standby: back only once a commit returns.
         self.commits_sync = False
         self.start()
@@ -130,7 +149,7 @@ class Pg:
                 "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"]
         for s in self.settings:
             argv += ["-c", s]
-        self.proc = self.procs.start(self.name, as_postgres(argv))
+        self.proc = self.procs.start(self.name, as_postgres(argv), self.env)
         wait_for(self.name, lambda: subprocess.run(
             [pg_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"]).returncode == 0)
         if self.commits_sync:
@@ -151,14 +170,38 @@ class Pg:
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
             return False
 
-    def kill(self):
+    def kill(self, check=False):
         self.procs.kill(self.proc)
+        if check:
+            check_dead(self.proc, self.port, self.name)
 
-    def pause(self):
+    def pause(self, check=False):
         signal_tree(self.proc, signal.SIGSTOP)
+        if check:
+            check_stopped(self.proc, self.name)
 
-    def resume(self):
+    def resume(self, check=False):
         signal_tree(self.proc, signal.SIGCONT)
+        if check:
+            check_stopped(self.proc, self.name, stopped=False)
+
+    def now(self):
+        """The server's own clock (`clock_timestamp()`), Unix seconds."""
+        return float(self.sql("SELECT extract(epoch FROM clock_timestamp())"))
+
+    def set_clock(self, offset_s, check=False):
+        write_clock(self.clock_file, offset_s)
+        if not check:
+            return
+        try:
+            check_clock(self.now, offset_s, self.name)
+        except RuntimeError as e:
+            if "CalledProcessError" not in str(e):
+                raise
+            # No connection to ask on (every slot taken: see docs/reliability.md, the
+            # PostgreSQL connection pile-up): check the preload instead, as for a replica.
+            check_faked(self.proc, self.clock_file, offset_s, self.name, lib="storeclock",
+                        var="NEMESIS_CLOCK_FILE")
 
     def sql(self, query):
         return subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
@@ -181,10 +224,10 @@ class PgPair:
         self.primary.commits_sync = True
         self.promoted = False
 
-    def store_yaml(self):
+    def store_yaml(self, via=lambda port: port):
         return ("store:\n  backend: postgres\n  postgres:\n"
-                f"    url: postgres://postgres@127.0.0.1:{self.primary.port},"
-                f"127.0.0.1:{self.standby.port}/postgres?target_session_attrs=read-write\n"
+                f"    url: postgres://postgres@127.0.0.1:{via(self.primary.port)},"
+                f"127.0.0.1:{via(self.standby.port)}/postgres?target_session_attrs=read-write\n"
                 "    op_timeout: 500ms\n  on_error: reject\n")
 
     def current(self):
@@ -196,9 +239,22 @@ class PgPair:
     def pause_target(self):
         return self.current()
 
+    def clock_target(self):
+        return self.current()
+
+    def link_ports(self):
+        # The probe: an SSLRequest, which a server without TLS answers with "N".
+        return [self.primary.port, self.standby.port], (struct.pack("!ii", 8, 80877103), b"N")
+
+    def link_probe_port(self):
+        return self.current().port
+
     def failover(self):
-        """Kill the primary for good and promote the synchronous standby."""
-        self.primary.kill()
+        """Kill the primary for good and promote the synchronous standby (checked: it
+        leaves recovery)."""
+        self.primary.kill(check=True)
         subprocess.run(as_postgres([pg_bin("pg_ctl"), "promote", "-w", "-D", self.standby.data]),
                        check=True, capture_output=True)
         self.promoted = True
+        if self.standby.sql("SELECT pg_is_in_recovery()") != "f":
+            raise RuntimeError("postgres failover: the standby is still in recovery")

@@ -1,11 +1,15 @@
 """The callers: a stream of intents, each sent as a burst of concurrent duplicates and
-then a few late duplicates, spread over the three replicas, on two routes:
+then a few late duplicates, spread over the three replicas, on three routes:
 - `hold`  (POST /hold/{id}, key from the path, `on_concurrent: conflict`, `on_unknown: hold`)
 - `retry` (POST /retry/{id}, key from the `x-intent` header, `on_concurrent: wait`,
-           `on_unknown: retry`)
+           `on_unknown: retry`; the upstream deduplicates its key)
+- `reconcile` (POST /reconcile/{id}, key from the path, `on_concurrent: conflict`,
+           `on_unknown: reconcile` with the upstream's search)
 Each caller behaves like an agent: it repeats on 409 `request_in_progress`, 503,
-504 and broken connections (moving to another replica), and stops at a 2xx, at 409
-`outcome_unknown`, at any other answer, or after CALLER_PATIENCE seconds. Every answer
+504, broken connections (moving to another replica) and 409 `outcome_unknown` with a
+`Retry-After` (a reconciliation that could not ask the upstream), and stops at a 2xx,
+at 409 `outcome_unknown` without one, at any other answer, or after CALLER_PATIENCE
+seconds. Every answer
 is recorded with the run clock, for the checker. The shape of the stream (routes,
 duplicates, replicas, delays) comes from the seed.
 """
@@ -46,7 +50,8 @@ class Intent:
 
 
 def send(replica, intent, caller, timeout=HTTP_TIMEOUT):
-    """One POST; returns (status, problem code, body). Status 0: no HTTP answer."""
+    """One POST; returns (status, problem code, body). Status 0: no HTTP answer. A 409
+    `outcome_unknown` that says when to try again has the code `outcome_unknown+retry`."""
     headers = {"content-type": "application/json", "x-intent": intent.key,
                "x-nemesis-replica": replica.name, "x-nemesis-caller": caller}
     conn = http.client.HTTPConnection("127.0.0.1", replica.port, timeout=timeout)
@@ -60,6 +65,8 @@ def send(replica, intent, caller, timeout=HTTP_TIMEOUT):
                 code = json.loads(body).get("code", "")
             except ValueError:
                 pass
+            if code == "outcome_unknown" and resp.getheader("retry-after"):
+                code += "+retry"
         return resp.status, code, body
     except (OSError, http.client.HTTPException) as e:
         return 0, type(e).__name__, b""
@@ -69,7 +76,7 @@ def send(replica, intent, caller, timeout=HTTP_TIMEOUT):
 
 def retryable(status, code):
     return (status == 0 or status == 503 or status == 504
-            or (status == 409 and code == "request_in_progress"))
+            or (status == 409 and code in ("request_in_progress", "outcome_unknown+retry")))
 
 
 class Workload:
@@ -93,7 +100,7 @@ class Workload:
             if not retryable(status, code) or self.clock() > deadline:
                 return
             r += 1 if status in (0, 503) else 0
-            time.sleep(1.0 if status == 504 else 0.25)
+            time.sleep(1.0 if status == 504 or code.endswith("+retry") else 0.25)
 
     def run(self):
         """Start intents at `rate` per second until `duration`; returns without waiting."""
@@ -101,7 +108,8 @@ class Workload:
         start = self.clock()
         while self.clock() - start < self.duration:
             n += 1
-            route = "retry" if self.rng.random() < 0.5 else "hold"
+            draw = self.rng.random()
+            route = "retry" if draw < 0.35 else "hold" if draw < 0.7 else "reconcile"
             intent = Intent(n, route, self.clock())
             self.intents.append(intent)
             burst = self.rng.randint(2, 4)
