@@ -28,8 +28,6 @@ pub struct LeaseHolder {
     /// How long the record lives (renewals keep it that long: an attempt outlives its
     /// lease, so an unknown outcome is never forgotten).
     retention: Duration,
-    /// False once a renewal found the record taken over.
-    owned: bool,
     /// The reservation replaced a record (see [`Record::has_history`]): if the call is
     /// never sent, its lease ends instead of the record being deleted.
     history: bool,
@@ -60,7 +58,6 @@ impl LeaseHolder {
             record,
             lease,
             retention,
-            owned: true,
             gate: match history {
                 false => SendGate::new(asked, lease),
                 true => SendGate::fixed(asked, lease),
@@ -99,7 +96,6 @@ impl LeaseHolder {
             Ok(false) => {
                 // A request not yet written is never sent now.
                 self.gate.lose();
-                self.owned = false;
                 match self.refused_because().await {
                     Refused::Vanished => self.vanished("renewal"),
                     _ => {
@@ -159,7 +155,6 @@ impl LeaseHolder {
                     record: self.record.clone(),
                     lease: self.lease,
                     retention: self.retention,
-                    owned: self.owned,
                     history: self.history,
                     gate: self.gate.clone(),
                     notify: self.notify,
@@ -277,7 +272,7 @@ pub async fn renewing<F: Future>(holder: &mut LeaseHolder, mut work: Pin<&mut F>
     loop {
         tokio::select! {
             output = work.as_mut() => return output,
-            _ = ticker.tick(), if holder.owned => {
+            _ = ticker.tick(), if !holder.gate.is_lost() => {
                 if holder.renew().await {
                     backoff = RENEW_RETRY_FIRST;
                 } else {

@@ -108,10 +108,15 @@ impl SendGate {
         self.0.lost_wake.notify_waiters();
     }
 
+    /// Whether a renewal found the lease lost (renewals stop then).
+    pub fn is_lost(&self) -> bool {
+        self.0.lost.load(Ordering::Acquire)
+    }
+
     /// Whether the request may be written now: the lease is not lost and its end, less
     /// the margin, is still ahead.
     pub fn check(&self) -> Result<(), Closed> {
-        if self.0.lost.load(Ordering::Acquire) {
+        if self.is_lost() {
             return Err(Closed::Lost);
         }
         let now = micros(self.0.base.elapsed()) + micros(self.0.margin);

@@ -61,14 +61,7 @@ pub fn ensure() -> &'static (PathBuf, PathBuf) {
                  Python 3.10+ with venv (Debian: apt-get install python3 python3-venv)."
             );
             std::fs::create_dir_all(&dir).expect("create target/browser-peers");
-            if !python.exists() {
-                crate::support::run_ok(
-                    "python3 -m venv",
-                    Command::new("python3")
-                        .args(["-m", "venv"])
-                        .arg(dir.join("venv")),
-                );
-            }
+            crate::support::venv_python(&dir);
             crate::support::run_ok(
                 "pip install playwright (PyPI)",
                 Command::new(&python).args(["-m", "pip", "install", "-q", PLAYWRIGHT]),

@@ -61,14 +61,7 @@ pub fn ensure_peers() -> &'static Path {
                 "the agent runtime tests run the real frameworks",
                 "Install Node.js 18+ and npm (Debian: apt-get install nodejs npm).",
             );
-            if !python().exists() {
-                super::run_ok(
-                    "python3 -m venv",
-                    Command::new("python3")
-                        .args(["-m", "venv"])
-                        .arg(dir.join("venv")),
-                );
-            }
+            super::venv_python(&dir);
             super::run_ok(
                 "pip install the agent runtimes (examples/agents/requirements.txt)",
                 Command::new(python())

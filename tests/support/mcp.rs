@@ -49,14 +49,7 @@ pub fn ensure_peers() -> &'static Path {
                 "the MCP tests run the official SDKs",
                 "Install Node.js 18+ and npm (Debian: apt-get install nodejs npm).",
             );
-            if !python().exists() {
-                super::run_ok(
-                    "python3 -m venv",
-                    Command::new("python3")
-                        .args(["-m", "venv"])
-                        .arg(dir.join("venv")),
-                );
-            }
+            super::venv_python(&dir);
             super::run_ok(
                 "pip install the MCP Python SDK",
                 Command::new(python()).args(["-m", "pip", "install", "-q", PYTHON_SDK]),

@@ -58,3 +58,17 @@ pub fn require_tool(tool: &str, who: &str, hint: &str) {
         .is_ok_and(|s| s.success());
     assert!(found, "`{tool}` not found: {who}. {hint}");
 }
+
+/// A Python venv at `dir/venv`, made once; returns its `python`.
+pub fn venv_python(dir: &std::path::Path) -> std::path::PathBuf {
+    let python = dir.join("venv/bin/python");
+    if !python.exists() {
+        run_ok(
+            "python3 -m venv",
+            std::process::Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(dir.join("venv")),
+        );
+    }
+    python
+}
