@@ -408,10 +408,11 @@ async fn h2c(
         .await
         .map_err(|e| e.to_string())?;
     let io = hyper_util::rt::TokioIo::new(tcp);
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-            .await
-            .map_err(|e| e.to_string())?;
+    let handshake = hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io);
+    let (sender, conn) = tokio::time::timeout(ANSWER_WITHIN, handshake)
+        .await
+        .expect("the HTTP/2 handshake neither completed nor failed")
+        .map_err(|e| e.to_string())?;
     let ended = tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -425,9 +426,17 @@ async fn h2_get(
     let req = http::Request::get(uri)
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .unwrap();
-    let r = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    // A server that neither answers nor closes would hang the test (and CI) for ever:
+    // that is a failure, never a refusal.
+    let r = tokio::time::timeout(ANSWER_WITHIN, sender.send_request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{uri}: no answer and no close within {ANSWER_WITHIN:?}"))
+        .map_err(|e| e.to_string())?;
     Ok(r.status().as_u16())
 }
+
+/// How long an h2c exchange may take before the test fails instead of waiting.
+const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 /// An h2c connection with no open stream is closed after `header_read_timeout`, both
 /// before its first request and after its last (the client answers pings and settings

@@ -131,6 +131,9 @@ pub fn assert_all_got_the_one_result(responses: &[Resp]) {
 }
 
 /// Send one request on a fresh connection.
+/// The longest a test request may take, answer body included.
+const REQUEST_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
     try_send(method, url, headers, body).await.expect("request")
 }
@@ -149,13 +152,21 @@ pub async fn try_send(
         req = req.header(*k, *v);
     }
     let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-    let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
-    let (parts, body) = resp.into_parts();
-    let body = body
-        .collect()
+    // Generous, far above any test's own waits: a request that hangs fails its test
+    // rather than the whole run at CI's time limit.
+    let exchange = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| format!("{e:?}"))?
+            .to_bytes();
+        Ok::<_, String>((parts, body))
+    };
+    let (parts, body) = tokio::time::timeout(REQUEST_LIMIT, exchange)
         .await
-        .map_err(|e| format!("{e:?}"))?
-        .to_bytes();
+        .map_err(|_| format!("{method} {url}: no complete answer within {REQUEST_LIMIT:?}"))??;
     Ok(Resp {
         status: parts.status.as_u16(),
         headers: parts.headers,

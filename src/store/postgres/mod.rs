@@ -28,6 +28,7 @@ mod listener;
 mod maintenance;
 mod pool;
 mod reads;
+mod reconnect;
 mod schema;
 mod sql;
 mod target;
@@ -37,12 +38,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
 use tokio::time::timeout;
 
 pub use self::listener::PgNotifications;
 use self::maintenance::Readiness;
-use self::pool::{attempt, millis, state_name, Conn, DbError};
+use self::pool::{attempt, millis, state_name, Conn, DbError, Pool};
 use self::reads::read;
 pub use self::schema::{Migrated, SCHEMA_VERSION};
 pub use self::sql::check_table_name;
@@ -66,6 +66,8 @@ pub struct Shared {
     sql: Arc<Sql>,
     op_timeout: Duration,
     pool_per_worker: usize,
+    /// Connection attempts after a failure, one at a time for all workers' pools.
+    pacing: Arc<reconnect::Pacing>,
     events: PgNotifications,
     /// Whether the table passed the schema check, and why not (the maintenance task
     /// checks it; a statement refused for a missing table or grant clears it).
@@ -95,6 +97,7 @@ impl Shared {
             sql,
             op_timeout: cfg.op_timeout,
             pool_per_worker: cfg.pool_size.div_ceil(workers.max(1)).max(1),
+            pacing: Arc::default(),
             events,
             readiness,
             _maintenance: Arc::new(maintenance),
@@ -146,7 +149,12 @@ impl PostgresStore {
     /// lazily: an unreachable database or an unusable table is reported by readiness
     /// and logged by the maintenance task, never fatal.
     pub async fn connect_sharing(shared: &Arc<Shared>) -> Result<PostgresStore, StoreError> {
-        let pool = pool::pool(&shared.target, shared.pool_per_worker, shared.op_timeout)?;
+        let pool = pool::pool(
+            &shared.target,
+            shared.pool_per_worker,
+            shared.op_timeout,
+            &shared.pacing,
+        )?;
         Ok(PostgresStore {
             pool,
             shared: shared.clone(),

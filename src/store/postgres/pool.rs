@@ -1,22 +1,34 @@
 //! What every statement of the PostgreSQL store shares: the per-worker connection pool
-//! (deadpool-postgres), a pooled connection that is discarded once it failed, the
+//! (deadpool-postgres, its connection attempts paced by `reconnect.rs`), a pooled connection that is discarded once it failed, the
 //! mapping of driver errors to text that names PostgreSQL's reason, and the parameter
 //! encodings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, SimpleQueryMessage, Statement};
 
+use super::reconnect::{PacedManager, Pacing};
 use super::schema::{self, Checked};
 use super::target::Target;
 use crate::store::{Record, RecordState, StoreError};
 
+/// A worker's pool: deadpool's, with connection attempts paced process-wide.
+pub(super) type Pool = deadpool::managed::Pool<PacedManager>;
+type Object = deadpool::managed::Object<PacedManager>;
+
 /// A connection pool of `size` for the current runtime (connections are created on
-/// first use, each driven by this runtime).
-pub(super) fn pool(target: &Target, size: usize, op_timeout: Duration) -> Result<Pool, StoreError> {
+/// first use, each driven by this runtime; after a failed attempt, the next waits for
+/// `pacing`, which every worker's pool shares).
+pub(super) fn pool(
+    target: &Target,
+    size: usize,
+    op_timeout: Duration,
+    pacing: &Arc<Pacing>,
+) -> Result<Pool, StoreError> {
     let manager_config = ManagerConfig {
         // Broken connections are found by `is_closed` without a round trip. A
         // connection whose statement failed or was abandoned never comes back at all
@@ -29,7 +41,7 @@ pub(super) fn pool(target: &Target, size: usize, op_timeout: Duration) -> Result
         Some(tls) => Manager::from_config(config, tls, manager_config),
         None => Manager::from_config(config, NoTls, manager_config),
     };
-    Pool::builder(manager)
+    Pool::builder(PacedManager::new(manager, pacing.clone()))
         .max_size(size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(op_timeout))
@@ -54,7 +66,7 @@ impl Conn {
     pub(super) async fn get(pool: &Pool) -> Result<Conn, DbError> {
         let object = pool.get().await.map_err(|e| DbError {
             text: match &e {
-                deadpool_postgres::PoolError::Backend(e) => describe(e),
+                deadpool::managed::PoolError::Backend(e) => e.to_string(),
                 other => other.to_string(),
             },
             code: None,
