@@ -191,10 +191,10 @@ def main():
                 if name == "postgres" and version == "old":
                     # The table as the old release leaves it: made by its `idem migrate`
                     # (releases before issue 34 record no schema version; the new serve
-                    # must accept that table as it is, README "PostgreSQL").
+                    # must accept that table as it is, docs/postgres.md).
                     subprocess.run([binary, "migrate", "--config", path], check=True)
                 if name == "postgres" and version == "new":
-                    # The release's own step before its rollout (README "PostgreSQL"): its
+                    # The release's own step before its rollout (docs/postgres.md): its
                     # `idem migrate` adds what it needs while the old release serves on.
                     subprocess.run([binary, "migrate", "--config", path], check=True)
                 procs.start(f"idem-{name}-{version}", [binary, "serve", "--config", path])
