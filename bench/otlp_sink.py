@@ -1,6 +1,6 @@
 """A minimal OTLP/HTTP trace receiver for the benchmarks: it accepts every export and
 answers an empty `ExportTraceServiceResponse`, counting requests and bytes. It does not
-decode the spans (tests/traces.rs does that, with the official protobuf messages); here
+decode the spans (tests/admin/traces.rs does that, with the official protobuf messages); here
 it only has to be a cheap, always-available collector so that idem's exporter runs for
 real during a measurement."""
 

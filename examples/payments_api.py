@@ -54,7 +54,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_response(self, code, message=None):
         # Only the headers set below: no `Server` and `Date`, so the README's quick
-        # start shows exactly what this answers (tests/readme_examples.rs compares it).
+        # start shows exactly what this answers (tests/readme/readme_examples.rs compares it).
         self.send_response_only(code, message)
 
     def log_message(self, *args):

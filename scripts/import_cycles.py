@@ -31,7 +31,6 @@ import sys
 KNOWN = {
     "crate: config <-> key <-> mcp <-> store <-> template <-> traces",
     "admin: counting <-> unknown",
-    "store::postgres: pool <-> schema",
     "store::redis: sentinel <-> target",
 }
 

@@ -9,7 +9,7 @@
 # the runtime recorded the step), runs it again (the runtime resumes), and prints how many
 # charges the API executed. The runtimes are installed, pinned (requirements.txt with
 # constraints.txt, package.json with package-lock.json), into target/agent-peers/ as
-# tests/agents.rs does. idem: $IDEM_BIN, else
+# tests/mcp/agents.rs does. idem: $IDEM_BIN, else
 # target/release/idem, else `cargo build --release`.
 set -euo pipefail
 RUNTIME=${1:?usage: run.sh dbos|langgraph|openai_agents|vercel_ai|mcp}

@@ -7,7 +7,7 @@
 //! operation's histogram, every upstream failure reason. Prometheus' guidance: a series
 //! that appears only at its first increment shows as "no data" rather than 0 in panels,
 //! and leaves `rate()` and ratio alerts nothing to work on until then
-//! (tests/observability.rs checks the chart's dashboard and alerts on a fresh idem).
+//! (tests/admin/observability.rs checks the chart's dashboard and alerts on a fresh idem).
 
 mod breaker;
 mod exposition;

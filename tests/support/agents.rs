@@ -1,4 +1,4 @@
-//! Real agent runtimes for tests/agents.rs: the programs of `examples/agents/` (DBOS,
+//! Real agent runtimes for tests/mcp/agents.rs: the programs of `examples/agents/` (DBOS,
 //! LangGraph, the OpenAI Agents SDK, the Vercel AI SDK, an MCP client and server), run as
 //! child processes with the real packages. Never a mock of a framework: where one needs a
 //! model, the program scripts the framework's own fake or model class.

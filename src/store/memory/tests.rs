@@ -1,5 +1,5 @@
 //! Memory-only behaviour that needs paused time or the store's internals; the shared
-//! contract (reserve, fencing, watch, eviction) is in `tests/store_contract.rs`.
+//! contract (reserve, fencing, watch, eviction) is in `tests/stores/store_contract.rs`.
 
 use std::sync::Arc;
 

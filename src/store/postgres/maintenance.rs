@@ -20,7 +20,7 @@ use tokio::time::{sleep, timeout};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, NoTls, Socket};
 
-use super::pool::describe;
+use super::db_error::describe;
 use super::schema::{self, Checked};
 use super::sql::{Sql, PURGE_BATCH};
 use super::target::Target;

@@ -24,6 +24,7 @@
 //!   than pooled again (`pool.rs`).
 
 mod counting;
+mod db_error;
 mod listener;
 mod maintenance;
 mod pool;
@@ -40,9 +41,10 @@ use std::time::Duration;
 
 use tokio::time::timeout;
 
+use self::db_error::DbError;
 pub use self::listener::PgNotifications;
 use self::maintenance::Readiness;
-use self::pool::{attempt, millis, state_name, Conn, DbError, Pool};
+use self::pool::{attempt, millis, state_name, Conn, Pool};
 use self::reads::read;
 pub use self::schema::{Migrated, SCHEMA_VERSION};
 pub use self::sql::check_table_name;

@@ -1,16 +1,15 @@
 //! What every statement of the PostgreSQL store shares: the per-worker connection pool
-//! (deadpool-postgres, its connection attempts paced by `reconnect.rs`), a pooled connection that is discarded once it failed, the
-//! mapping of driver errors to text that names PostgreSQL's reason, and the parameter
-//! encodings.
+//! (deadpool-postgres, its connection attempts paced by `reconnect.rs`), a pooled
+//! connection that is discarded once it failed, and the parameter encodings.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, SimpleQueryMessage, Statement};
 
+use super::db_error::DbError;
 use super::reconnect::{PacedManager, Pacing};
 use super::schema::{self, Checked};
 use super::target::Target;
@@ -152,65 +151,6 @@ impl Drop for Conn {
             drop(Object::take(object));
         }
     }
-}
-
-/// Any failure talking to the database, as text for [`StoreError::Unavailable`].
-pub(super) struct DbError {
-    pub(super) text: String,
-    /// PostgreSQL's SQLSTATE, when the server answered with an error.
-    pub(super) code: Option<SqlState>,
-}
-
-impl DbError {
-    /// Whether the table or the role's rights on it changed under us (the table was
-    /// dropped, a column is missing, a grant revoked): readiness checks the schema
-    /// again rather than reporting ready.
-    pub(super) fn schema_suspect(&self) -> bool {
-        self.code.as_ref().is_some_and(|c| {
-            [
-                SqlState::UNDEFINED_TABLE,
-                SqlState::UNDEFINED_COLUMN,
-                SqlState::INSUFFICIENT_PRIVILEGE,
-            ]
-            .contains(c)
-        })
-    }
-}
-
-impl From<tokio_postgres::Error> for DbError {
-    fn from(e: tokio_postgres::Error) -> DbError {
-        DbError {
-            code: e.code().cloned(),
-            text: describe(&e),
-        }
-    }
-}
-
-/// A driver error with its cause: for an error the server sent, PostgreSQL's message,
-/// SQLSTATE, detail and hint (the driver's own `Display` says only "db error");
-/// otherwise the driver's text and its chain of sources (e.g. the I/O error behind
-/// "error connecting to server").
-pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
-        if let Some(detail) = db.detail() {
-            text.push_str(&format!("; detail: {detail}"));
-        }
-        if let Some(hint) = db.hint() {
-            text.push_str(&format!("; hint: {hint}"));
-        }
-        return text;
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(&format!(": {cause_text}"));
-        }
-        source = cause.source();
-    }
-    text
 }
 
 pub(super) fn state_name(state: RecordState) -> &'static str {

@@ -38,7 +38,7 @@ pub(crate) enum ConnectError {
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ConnectError::Db(e) => write!(f, "{}", super::pool::describe(e)),
+            ConnectError::Db(e) => write!(f, "{}", super::db_error::describe(e)),
             ConnectError::Paused { last, retry_in } => write!(
                 f,
                 "not connecting for another {} ms after a failed connection attempt ({last})",
@@ -159,7 +159,7 @@ impl deadpool::managed::Manager for PacedManager {
                 Ok(client)
             }
             Err(e) => {
-                permit.finish(Some(super::pool::describe(&e)));
+                permit.finish(Some(super::db_error::describe(&e)));
                 Err(ConnectError::Db(e))
             }
         }

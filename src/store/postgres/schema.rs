@@ -18,7 +18,7 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use super::pool::describe;
+use super::db_error::describe;
 
 /// The table's shape this release writes and reads. Version 1 lacked `lease_until` and
 /// `sent_at`; version 2 (the first one recorded) has them.

@@ -32,7 +32,7 @@ use crate::store::StoreError;
 
 const HEALTHY_INTERVAL: Duration = Duration::from_secs(1);
 /// Test-only: the healthy interval in milliseconds, instead of [`HEALTHY_INTERVAL`]. Not
-/// a setting (nothing documents it for operators): `tests/redis_scale_out.rs` sets it
+/// a setting (nothing documents it for operators): `tests/stores/redis_scale_out.rs` sets it
 /// very long so that no tick can move idem to a new Sentinel master before the
 /// sentinels' announcement does, and a move is then the announcement's.
 const HEALTHY_INTERVAL_ENV: &str = "IDEM_TEST_REDIS_HEALTH_INTERVAL_MS";

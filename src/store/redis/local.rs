@@ -17,7 +17,7 @@
 //!   set it, never on the wall clock: Redis's clock judges the lease, and this estimate
 //!   errs early (it starts after the write's reply). An attempt this process took
 //!   over is not held: its record's first send is on the store's clock and its lease
-//!   on this proxy's, so no one time judges both (found by `tests/store_model.rs`).
+//!   on this proxy's, so no one time judges both (found by `tests/stores/store_model.rs`).
 //! - `Completed`: the owner's completion, kept for [`KEEP_COMPLETED`] when duplicates
 //!   were seen, so the waiters it wakes (and the stragglers of the storm) replay it
 //!   without a round trip. A completed record is immutable but for an admin delete,

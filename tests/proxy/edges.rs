@@ -1,0 +1,607 @@
+//! Safe at every edge, second round (issue 46), each against idem running for real:
+//! - §1 with `store.encryption`, a record in clear (a store writer without the key) is
+//!   409 `record_unreadable`, unless `accept_unsealed_until` dates it from before; a
+//!   replay never carries the credential headers, whatever the record holds;
+//! - §3 idle HTTP/2 connections are closed, the admin listener speaks HTTP/1 only, and
+//!   `server.http2: false` turns h2c off;
+//! - §4 a stranger's 401/403/407 is not stored, so the owner's call still runs;
+//! - §5 `server.max_buffered_bytes` bounds the bodies held at once (503 `overloaded`);
+//! - §6 a path variant (trailing or repeated slash, `.` segment, encoded letter) of a
+//!   protected route is protected, and a variant of a repeat is its replay;
+//! - §7 on MCP routes, headers that disagree with the body are answered `-32020`, and a
+//!   batch holding a protected call is refused;
+//! - §8 a body with a duplicate JSON member is 400 `invalid_body` before any reservation.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine;
+use support::env::{Backend, Env};
+use support::harness::{self, metric_sum, post, send, url, IdemProcess};
+use support::upstream::MockUpstream;
+
+const VICTIM: &str = "Bearer victim-t0ken";
+const THIEF: &str = "Bearer thief-t0ken";
+
+const CHARGE: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n";
+
+// === §1 unsealed records and replayed credential headers ===
+
+/// `env`'s store with `encryption` (YAML under `store.encryption`, or none) and the
+/// charge route.
+fn sealed_config(env: &Env, encryption: Option<&str>) -> String {
+    let store = env.base_yaml("5s");
+    let store = match encryption {
+        Some(enc) => store.replacen("store:\n", &format!("store:\n  encryption:\n{enc}"), 1),
+        None => store,
+    };
+    format!("{store}default: reject\n{CHARGE}")
+}
+
+/// A key file in `dir`, as `store.encryption` lists it.
+fn key_file(dir: &Path) -> String {
+    let file = dir.join("k1");
+    let key = base64::engine::general_purpose::STANDARD.encode([6u8; 32]);
+    std::fs::write(&file, key).unwrap();
+    format!(
+        "    keys:\n      - {{id: \"k1\", file: \"{}\"}}\n",
+        file.display()
+    )
+}
+
+fn store_key(id: &str) -> idem::key::StoreKey {
+    idem::key::StoreKey::new("charge", "", &format!("charge:{id}"))
+}
+
+fn redis_connection(env: &Env) -> ::redis::Connection {
+    let Backend::Redis(server) = &env.backend else {
+        unreachable!()
+    };
+    ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+async fn charge(p: &IdemProcess, id: &str) -> support::harness::Resp {
+    let u = p.url(&format!("/invoices/{id}/charge"));
+    post(&u, &[("authorization", VICTIM)], "{}").await
+}
+
+async fn metrics(p: &IdemProcess) -> String {
+    send("GET", &p.admin_url("/metrics"), &[], "").await.text()
+}
+
+/// A record written in clear, as a store writer without the key (here: a replica with
+/// no `store.encryption`) writes it, is never replayed by a replica with encryption on:
+/// 409 `record_unreadable`, counted and logged with its store key hash, never executed
+/// again. `accept_unsealed_until` after the record's creation reads it (a store that
+/// was in clear before encryption was turned on); one before it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsealed_record_is_unreadable_while_encryption_is_on() {
+    let env = Env::new(Backend::redis()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = key_file(dir.path());
+    let plain = IdemProcess::spawn(&sealed_config(&env, None)).await;
+    let first = charge(&plain, "planted").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    drop(plain);
+
+    let sealed = IdemProcess::spawn(&sealed_config(&env, Some(&keys))).await;
+    let repeat = charge(&sealed, "planted").await;
+    assert_eq!(repeat.status, 409, "{}", repeat.text());
+    assert_eq!(repeat.code(), "record_unreadable");
+    assert!(!repeat.replayed());
+    assert_eq!(
+        metric_sum(&metrics(&sealed).await, "idem_unreadable_records_total"),
+        1.0
+    );
+    let hash = store_key("planted").to_string();
+    assert!(sealed.logs().contains(&hash), "{}", sealed.logs());
+    assert!(
+        sealed.logs().contains("stored unsealed"),
+        "{}",
+        sealed.logs()
+    );
+    // New intents are sealed and replay as usual.
+    assert_eq!(charge(&sealed, "fresh").await.status, 201);
+    assert!(charge(&sealed, "fresh").await.replayed());
+    drop(sealed);
+
+    // Dated before the record: still unreadable.
+    let before = format!("{keys}    accept_unsealed_until: 2020-01-01T00:00:00Z\n");
+    let strict = IdemProcess::spawn(&sealed_config(&env, Some(&before))).await;
+    assert_eq!(charge(&strict, "planted").await.status, 409);
+    drop(strict);
+
+    // Dated after the record (encryption turned on later): read as it is.
+    let until =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let after = format!("{keys}    accept_unsealed_until: {until}\n");
+    let accepting = IdemProcess::spawn(&sealed_config(&env, Some(&after))).await;
+    let replay = charge(&accepting, "planted").await;
+    assert!(replay.replayed(), "{}", replay.text());
+    assert_eq!(replay.body, first.body);
+    assert_eq!(env.upstream.executions("charge:planted"), 1);
+}
+
+/// A record whose headers were edited in the store to carry a `Set-Cookie`, an
+/// `Authorization` or a route's `store_headers.exclude` header is replayed without them:
+/// idem never stores those, so a record holding them was not written by idem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_never_carries_credential_headers_whatever_the_record_holds() {
+    let env = Env::new(Backend::redis()).await;
+    let yaml = format!(
+        "{}default: reject\n{CHARGE}    store_headers: {{exclude: [x-session-token]}}\n",
+        env.base_yaml("5s")
+    );
+    let p = IdemProcess::spawn(&yaml).await;
+    let first = charge(&p, "cookie").await;
+    assert_eq!(first.status, 201);
+    let mut c = redis_connection(&env);
+    let at = format!("idem:{}", store_key("cookie"));
+    let stored: Vec<u8> = ::redis::cmd("GET").arg(&at).query(&mut c).unwrap();
+    let stored = String::from_utf8(stored).unwrap();
+    assert!(stored.contains("\"headers\":["), "{stored}");
+    let planted = stored.replacen(
+        "\"headers\":[",
+        "\"headers\":[[\"set-cookie\",\"sid=planted\"],[\"authorization\",\"Bearer planted\"],\
+         [\"www-authenticate\",\"Basic\"],[\"x-session-token\",\"planted\"],[\"x-kept\",\"yes\"],",
+        1,
+    );
+    let _: () = ::redis::cmd("SET")
+        .arg(&at)
+        .arg(planted.as_bytes())
+        .arg("KEEPTTL")
+        .query(&mut c)
+        .unwrap();
+    let replay = charge(&p, "cookie").await;
+    assert!(replay.replayed(), "{}", replay.text());
+    assert_eq!(replay.header("x-kept"), Some("yes"), "the edit was read");
+    for name in [
+        "set-cookie",
+        "authorization",
+        "www-authenticate",
+        "x-session-token",
+    ] {
+        assert_eq!(replay.header(name), None, "{name} replayed");
+    }
+}
+
+// === §4 refusals about the caller are not stored ===
+
+/// A stranger who sends the owner's intent with their own token gets the upstream's
+/// 401/403/407; the owner's call then still runs (before, the owner got 403
+/// `credential_mismatch` for the whole retention).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_refused_call_does_not_lock_the_owner_out() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    for (n, status) in ["401", "403", "407"].into_iter().enumerate() {
+        let u = url(&idem, &format!("/invoices/inv_{n}/charge"));
+        let stranger = post(
+            &u,
+            &[("authorization", THIEF), ("x-mock-status", status)],
+            "{}",
+        )
+        .await;
+        assert_eq!(stranger.status.to_string(), status);
+        let owner = post(&u, &[("authorization", VICTIM)], "{}").await;
+        assert_eq!(owner.status, 201, "{status}: {}", owner.text());
+        assert!(!owner.replayed());
+        let again = post(&u, &[("authorization", VICTIM)], "{}").await;
+        assert!(again.replayed(), "the owner's success is stored");
+        assert_eq!(upstream.executions(&format!("charge:inv_{n}")), 2);
+    }
+}
+
+// === §6 path variants ===
+
+/// With `default: passthrough`, variants of a protected path are matched by its route:
+/// the first is forwarded with its path as sent, the others (and the plain path) replay
+/// it. Case stays significant unless the route sets `path_case: insensitive`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_variants_of_a_protected_route_are_protected() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\ndefault: passthrough\n{CHARGE}\
+         \x20 - name: refund\n    path: /refunds/{{id}}\n    path_case: insensitive\n    key: \"refund:{{path.id}}\"\n",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    let first = post(&url(&idem, "/invoices/X/charge/"), &[], "{}").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    for path in [
+        "/invoices/X/charge",
+        "//invoices/X/charge",
+        "/./invoices/X/charge",
+        "/invoices//X/./charge//",
+        "/invoices/X/ch%61rge",
+        "/%69nvoices/X/charge/",
+    ] {
+        let r = post(&url(&idem, path), &[], "{}").await;
+        assert!(r.replayed(), "{path}: {} {}", r.status, r.text());
+        assert_eq!(r.body, first.body, "{path}");
+    }
+    assert_eq!(upstream.executions("charge:X"), 1);
+    let received = upstream.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/invoices/X/charge/", "forwarded as sent");
+
+    // Case is significant by default: another path, passed through (not protected).
+    let upper = post(&url(&idem, "/INVOICES/X/charge"), &[], "{}").await;
+    assert!(!upper.replayed());
+    // … unless the route says otherwise.
+    let refund = post(&url(&idem, "/refunds/r1"), &[], "{}").await;
+    assert_eq!(refund.status, 201);
+    let shouted = post(&url(&idem, "/REFUNDS/r1/"), &[], "{}").await;
+    assert!(shouted.replayed(), "{}", shouted.text());
+    assert_eq!(upstream.executions("refund:r1"), 1);
+}
+
+/// `idem check` warns when `default: passthrough` sits beside protected routes.
+#[test]
+fn check_warns_about_passthrough_beside_protected_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |default: &str| {
+        let file = dir.path().join("idem.yaml");
+        let yaml = format!("upstream:\n  url: http://127.0.0.1:3000\n{default}{CHARGE}");
+        std::fs::write(&file, yaml).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["check", "--config", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        text
+    };
+    for default in ["", "default: passthrough\n"] {
+        let text = check(default);
+        assert!(
+            text.contains("passthrough beside protected routes"),
+            "{text}"
+        );
+        assert!(text.contains("default: reject"), "{text}");
+    }
+    let text = check("default: reject\n");
+    assert!(!text.contains("passthrough beside"), "{text}");
+}
+
+// === §8 duplicate JSON members ===
+
+/// On routes that read the body, a duplicate member at any depth is 400 `invalid_body`
+/// and nothing is reserved: the same intent sent unambiguously then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_with_a_duplicate_member_is_refused_before_any_reservation() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}\
+         \x20 - name: ticket\n    path: /tickets\n    key: \"ticket:{{body.customerId}}\"\n\
+         \x20 - name: note\n    path: /notes/{{id}}\n    key: \"note:{{path.id}}\"\n    fingerprint: [method, path]\n",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    for (path, body) in [
+        ("/invoices/inv_1/charge", r#"{"amount":100,"amount":1}"#),
+        (
+            "/invoices/inv_1/charge",
+            r#"{"lines":[{"sku":"a","qty":1,"qty":9}]}"#,
+        ),
+        ("/tickets", r#"{"customerId":"c1","customerId":"c2"}"#),
+    ] {
+        let r = post(&url(&idem, path), &[], body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.code(), "invalid_body", "{body}");
+        assert!(r.json()["detail"].as_str().unwrap().contains("twice"));
+    }
+    assert_eq!(upstream.total_executions(), 0);
+    // Nothing was reserved: the unambiguous request runs (not a 409 or a 422).
+    let ok = post(
+        &url(&idem, "/invoices/inv_1/charge"),
+        &[],
+        r#"{"amount":100}"#,
+    )
+    .await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    let ok = post(&url(&idem, "/tickets"), &[], r#"{"customerId":"c1"}"#).await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    // A route that reads neither key nor fingerprint from the body does not parse it.
+    let note = post(&url(&idem, "/notes/n1"), &[], r#"{"a":1,"a":2}"#).await;
+    assert_eq!(note.status, 201, "{}", note.text());
+}
+
+// === §7 MCP messages whose headers disagree with their body ===
+
+const MCP: &str = "default: reject\nroutes:\n  - name: tools\n    path: /mcp\n    mcp: {tools: [charge_customer]}\n";
+
+fn mcp_call(id: &str, tool: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"amount":100}}}}}}"#
+    )
+}
+
+/// A `tools/call` of a protected tool whose `Mcp-Name` names an unprotected one (or whose
+/// `Mcp-Method` says `ping`) is answered by idem with `-32020`, never forwarded; a batch
+/// holding a protected call is refused with a tool error saying to send it alone; a
+/// message with a duplicate member is refused. Messages whose headers agree are
+/// forwarded as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{MCP}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    let u = url(&idem, "/mcp");
+    let json = [("content-type", "application/json")];
+    for headers in [
+        [("mcp-method", "tools/call"), ("mcp-name", "lookup")],
+        [("mcp-method", "ping"), ("mcp-name", "charge_customer")],
+    ] {
+        let mut all = json.to_vec();
+        all.extend(headers);
+        let r = post(&u, &all, &mcp_call("7", "charge_customer")).await;
+        assert_eq!(r.status, 400, "{headers:?}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["id"], 7, "{v}");
+        assert_eq!(v["error"]["code"], -32020, "{v}");
+    }
+    let batch = format!(
+        r#"[{{"jsonrpc":"2.0","id":1,"method":"ping"}},{}]"#,
+        mcp_call("2", "charge_customer")
+    );
+    let r = post(&u, &json, &batch).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answers = r.json();
+    let call = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == 2)
+        .unwrap_or_else(|| panic!("{answers}"));
+    assert_eq!(call["result"]["isError"], true, "{answers}");
+    let text = call["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("charge_customer") && text.contains("of its own"),
+        "{text}"
+    );
+    let dup = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge_customer","name":"lookup","arguments":{}}}"#;
+    let r = post(&u, &json, dup).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        v["result"]["structuredContent"]["code"], "invalid_body",
+        "{v}"
+    );
+    assert_eq!(upstream.received().len(), 0, "nothing forwarded");
+
+    // Headers that agree: forwarded.
+    let mut agreeing = json.to_vec();
+    agreeing.extend([("mcp-method", "tools/call"), ("mcp-name", "lookup")]);
+    let r = post(&u, &agreeing, &mcp_call("8", "lookup")).await;
+    assert_ne!(r.status, 400, "{}", r.text());
+    assert_eq!(upstream.received().len(), 1);
+}
+
+// === §3 idle HTTP/2, the admin listener, server.http2 ===
+
+/// An h2c client connection (prior knowledge) to `addr`: the request sender and
+/// whether the connection has ended, once it has.
+async fn h2c(
+    addr: std::net::SocketAddr,
+) -> Result<
+    (
+        hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+        tokio::task::JoinHandle<()>,
+    ),
+    String,
+> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let handshake = hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io);
+    let (sender, conn) = tokio::time::timeout(ANSWER_WITHIN, handshake)
+        .await
+        .expect("the HTTP/2 handshake neither completed nor failed")
+        .map_err(|e| e.to_string())?;
+    let ended = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, ended))
+}
+
+async fn h2_get(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    uri: &str,
+) -> Result<u16, String> {
+    let req = http::Request::get(uri)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    // A server that neither answers nor closes would hang the test (and CI) for ever:
+    // that is a failure, never a refusal.
+    let r = tokio::time::timeout(ANSWER_WITHIN, sender.send_request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{uri}: no answer and no close within {ANSWER_WITHIN:?}"))
+        .map_err(|e| e.to_string())?;
+    Ok(r.status().as_u16())
+}
+
+/// How long an h2c exchange may take before the test fails instead of waiting.
+const ANSWER_WITHIN: Duration = Duration::from_secs(15);
+
+/// An h2c connection with no open stream is closed after `header_read_timeout`, both
+/// before its first request and after its last (the client answers pings and settings
+/// as any HTTP/2 client does, so only idleness ends it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "server:\n  header_read_timeout: 1s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    let within = Duration::from_secs(5);
+    // Preface, then no request.
+    let (_sender, ended) = h2c(idem.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(within, ended)
+        .await
+        .expect("an idle h2c connection is closed")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    // A request, then idle.
+    let (mut sender, ended) = h2c(idem.addr).await.unwrap();
+    let u = url(&idem, "/status");
+    assert_eq!(h2_get(&mut sender, &u).await.unwrap(), 201);
+    tokio::time::timeout(within, ended)
+        .await
+        .expect("closed once idle after its last request")
+        .unwrap();
+    assert!(sender
+        .send_request(http::Request::get(&u).body(Default::default()).unwrap())
+        .await
+        .is_err());
+}
+
+/// The admin listener speaks HTTP/1.1 only; `server.http2: false` turns h2c off on the
+/// main listener, whose HTTP/1.1 keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_and_http2_off_refuse_h2c() {
+    let upstream = MockUpstream::start().await;
+    let base = format!(
+        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let on = harness::start(&base).await;
+    let healthz = harness::admin_url(&on, "/healthz");
+    let refused = match h2c(on.admin_addr).await {
+        Ok((mut sender, _)) => h2_get(&mut sender, &healthz).await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "h2c on the admin listener");
+    assert_eq!(send("GET", &healthz, &[], "").await.status, 200);
+    let (mut sender, _) = h2c(on.addr).await.unwrap();
+    assert_eq!(
+        h2_get(&mut sender, &url(&on, "/status")).await.unwrap(),
+        201
+    );
+
+    let off = harness::start(&format!("server:\n  http2: false\n{base}")).await;
+    let u = url(&off, "/status");
+    let refused = match h2c(off.addr).await {
+        Ok((mut sender, _)) => h2_get(&mut sender, &u).await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "h2c with server.http2: false");
+    assert_eq!(send("GET", &u, &[], "").await.status, 201);
+}
+
+// === §5 memory held by buffered bodies ===
+
+/// `server.max_buffered_bytes` bounds the bodies held at once: while stalled bodies
+/// hold the budget, a new protected request is 503 `overloaded` with `Retry-After`
+/// (counted), nothing reserved; `server.body_read_timeout` ends a stalled body, which
+/// gives its share back, and the same request then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_bodies_share_one_budget() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "server:\n  max_buffered_bytes: 2KiB\n  body_read_timeout: 2s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    // Two stalled bodies of 1000 declared bytes: 100 sent, the rest never.
+    let mut stalled = Vec::new();
+    for n in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(idem.addr).await.unwrap();
+        let head = format!(
+            "POST /invoices/stall_{n}/charge HTTP/1.1\r\nhost: idem\r\ncontent-length: 1000\r\n\r\n{}",
+            "x".repeat(100)
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let u = url(&idem, "/invoices/inv_1/charge");
+    let body = format!("{{\"pad\":\"{}\"}}", "y".repeat(100));
+    let r = post(&u, &[], &body).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "overloaded");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "")
+        .await
+        .text();
+    assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 1.0, "{m}");
+    assert_eq!(upstream.total_executions(), 0);
+    // The stalled bodies end at body_read_timeout; their share comes back.
+    support::poll::eventually(Duration::from_secs(10), "budget back", async || {
+        post(&u, &[], &body).await.status == 201
+    })
+    .await;
+    assert_eq!(upstream.executions("charge:inv_1"), 1);
+    drop(stalled);
+}
+
+/// `server.body_read_timeout` longer than `upstream.timeout` is refused by `idem check`.
+#[test]
+fn a_body_read_timeout_longer_than_the_upstreams_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idem.yaml");
+    let yaml = format!(
+        "server:\n  body_read_timeout: 40s\n  max_buffered_bytes: 64MiB\nupstream:\n  url: http://127.0.0.1:3000\n  timeout: 30s\ndefault: reject\n{CHARGE}"
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("server.body_read_timeout"), "{text}");
+}
+
+/// Stored responses do not hold the budget: the memory store keeps a record's body for
+/// its retention, and the budget is for bodies in flight. Many intents whose answers
+/// together exceed `max_buffered_bytes` all run, store and replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_responses_do_not_hold_the_budget() {
+    let upstream = MockUpstream::start().await;
+    let yaml = format!(
+        "server:\n  max_buffered_bytes: 2KiB\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
+        upstream.url()
+    );
+    let idem = harness::start(&yaml).await;
+    let big = [("x-mock-body-bytes", "600")];
+    for n in 0..10 {
+        let u = url(&idem, &format!("/invoices/big_{n}/charge"));
+        let first = post(&u, &big, "{}").await;
+        assert_eq!(first.status, 201, "{n}: {}", first.text());
+        let again = post(&u, &big, "{}").await;
+        assert!(again.replayed(), "{n}: {} {}", again.status, again.text());
+        assert_eq!(again.body.len(), 600);
+    }
+    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "")
+        .await
+        .text();
+    assert_eq!(
+        metric_sum(&m, "idem_overloaded_responses_total"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 0.0, "{m}");
+}
