@@ -24,10 +24,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::intent::Intent;
-use super::problem::{self, Problem, UnknownBecause};
+use super::problem::UnknownBecause;
+use super::refusal::Refusal;
 use crate::config::{OnAmbiguous, OnFailure, OnUnknown, RoutePolicy};
 use crate::store::{Phase, Record, StoredResponse, Token};
-use crate::vocabulary::Outcome;
 
 /// The longest a waiting duplicate sleeps between looks at the record: a safety net
 /// against a lost wake-up notification.
@@ -55,8 +55,8 @@ pub enum Decision<'r> {
     Retry,
     /// An unknown outcome under `on_unknown: reconcile`: ask the upstream first.
     Reconcile,
-    /// Answer with this problem, counted as `outcome`.
-    Refuse(Problem, Outcome),
+    /// Refuse, for this reason (the flow builds the answer from it).
+    Refuse(Refusal),
 }
 
 /// Decide about `existing`, found under this intent's key while reserving with `own`.
@@ -74,10 +74,10 @@ pub fn decide<'r>(
     }
     // Credentials first: a stranger learns nothing about the request.
     if !intent.same_caller(&existing.credentials) {
-        return Decision::Refuse(problem::credential_mismatch(), Outcome::Rejected);
+        return Decision::Refuse(Refusal::CredentialMismatch);
     }
     if existing.fingerprint != intent.fingerprint {
-        return Decision::Refuse(problem::key_reused(), Outcome::Mismatch);
+        return Decision::Refuse(Refusal::KeyReused);
     }
     // The record's one classification (SPEC §1), shared with the admin's views.
     match existing.phase(now_ms) {
@@ -88,13 +88,13 @@ pub fn decide<'r>(
             Some(stored) => answer(stored),
             // A completed record always carries its response; were one to come without,
             // it is treated as in progress, never executed a second time.
-            None => in_flight(existing, policy, may_wait, now_ms),
+            None => in_flight(existing, may_wait, now_ms),
         },
         // Settled as not executed (its lease ended with the settlement): forward again.
         Phase::NotExecuted => Decision::Retry,
         // In progress, its lease ended: the outcome is unknown.
         Phase::Unknown => unknown(existing, policy, now_ms),
-        Phase::InFlight => in_flight(existing, policy, may_wait, now_ms),
+        Phase::InFlight => in_flight(existing, may_wait, now_ms),
     }
 }
 
@@ -109,20 +109,14 @@ fn failed(stored: &StoredResponse) -> bool {
 pub fn answer(stored: &StoredResponse) -> Decision<'_> {
     match &stored.body {
         Some(body) => Decision::Replay { stored, body },
-        None => {
-            let p = problem::response_not_stored(stored.status);
-            Decision::Refuse(p, Outcome::Conflict)
-        }
+        None => Decision::Refuse(Refusal::ResponseNotStored {
+            status: stored.status,
+        }),
     }
 }
 
 /// A record in progress whose lease is live: wait for it, or 409 with `Retry-After`.
-fn in_flight<'r>(
-    existing: &Record,
-    policy: &RoutePolicy,
-    may_wait: bool,
-    now_ms: u64,
-) -> Decision<'r> {
+fn in_flight<'r>(existing: &Record, may_wait: bool, now_ms: u64) -> Decision<'r> {
     if may_wait {
         // Wake on completion, at the lease's end (its owner may have died), or after
         // `MAX_NAP` as a safety net.
@@ -131,15 +125,19 @@ fn in_flight<'r>(
             nap: nap.min(MAX_NAP),
         };
     }
-    let p = problem::in_progress(&policy.name, retry_after_secs(existing, now_ms));
-    Decision::Refuse(p, Outcome::Conflict)
+    Decision::Refuse(Refusal::InProgress {
+        retry_after: retry_after_secs(existing, now_ms),
+    })
 }
 
 /// A repeat of an attempt whose outcome is unknown (SPEC §1, the `on_unknown` table).
 fn unknown<'r>(existing: &Record, policy: &RoutePolicy, now_ms: u64) -> Decision<'r> {
     let refuse = |because| {
-        let p = problem::outcome_unknown(&policy.name, existing.sent_at_ms, because, None);
-        Decision::Refuse(p, Outcome::Conflict)
+        Decision::Refuse(Refusal::OutcomeUnknown {
+            sent_at_ms: existing.sent_at_ms,
+            because,
+            retry_after: None,
+        })
     };
     match policy.on_unknown {
         OnUnknown::Retry => {

@@ -33,6 +33,7 @@ mod lease;
 mod mcp;
 mod outbound;
 pub mod problem;
+mod refusal;
 mod replay;
 mod request_id;
 

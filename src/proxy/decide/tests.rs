@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::Method;
 
 use super::*;
+use crate::vocabulary::Outcome;
 use crate::config::{OnAmbiguous, OnFailure, OnUnknown, StatusSet};
 use crate::key::StoreKey;
 use crate::route::tests::policy;
@@ -65,7 +66,10 @@ fn mine() -> Token {
 
 fn refused(d: Decision<'_>) -> (u16, String, Outcome) {
     match d {
-        Decision::Refuse(p, outcome) => (p.status.as_u16(), p.code.to_string(), outcome),
+        Decision::Refuse(r) => {
+            let p = r.problem("charge");
+            (p.status.as_u16(), p.code.to_string(), r.outcome())
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -130,10 +134,10 @@ fn in_progress_conflicts_with_retry_after_from_the_lease() {
     let cases = [(2_500, "3"), (30_000, "30"), (1, "1")];
     for (left_ms, retry_after) in cases {
         let r = in_progress(left_ms);
-        let Decision::Refuse(p, outcome) = decide(&r, &intent(), &mine(), &route(), false, NOW)
-        else {
+        let Decision::Refuse(refusal) = decide(&r, &intent(), &mine(), &route(), false, NOW) else {
             panic!("conflict expected")
         };
+        let (p, outcome) = (refusal.problem("charge"), refusal.outcome());
         assert_eq!((p.status.as_u16(), p.code), (409, "request_in_progress"));
         assert_eq!(outcome, Outcome::Conflict);
         let response = p.into_response();
@@ -274,9 +278,10 @@ fn unknown_outcome_follows_on_unknown() {
     ));
     // hold: 409 without Retry-After, until a person settles it.
     route.on_unknown = OnUnknown::Hold;
-    let Decision::Refuse(p, _) = decide(&fresh, &intent(), &mine(), &route, false, NOW) else {
+    let Decision::Refuse(refusal) = decide(&fresh, &intent(), &mine(), &route, false, NOW) else {
         panic!("hold refuses")
     };
+    let p = refusal.problem("charge");
     assert_eq!(p.code, "outcome_unknown");
     assert!(p.into_response().headers().get("retry-after").is_none());
     // Settled as not executed by an operator: forwarded again whatever the route says.

@@ -11,23 +11,18 @@ use hyper::body::Incoming;
 
 use super::breaker::{Breaker, Ticket};
 use super::context::RequestContext;
-use super::decide::{answer, decide, Decision};
 use super::execute::{self, Call};
 use super::forward::upstream_request;
 use super::intent::{key_problem, read_body, Intent};
-use super::lease::release_orphan;
 use super::problem::{self, Problem, ProblemFormat};
 use super::Handled;
 use crate::body::BodyView;
-use crate::config::{OnConcurrent, OnStoreError, RoutePolicy};
+use crate::config::{OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
-use crate::store::{Record, Reserve, Settled, StoreError, Token};
-use crate::traces::RequestTrace;
-use crate::vocabulary::WokenBy;
-use crate::vocabulary::{Outcome, StoreOp};
-use unknown::Settling;
+use crate::store::Record;
+use crate::vocabulary::Outcome;
 
 /// A matched request before its body is read.
 pub struct Inbound {
@@ -41,6 +36,7 @@ pub struct Inbound {
 }
 
 mod open_breaker;
+mod reserve;
 mod respond;
 mod unknown;
 
@@ -169,151 +165,6 @@ impl<'a> Flow<'a> {
             Ok(None) if !self.policy.require_key => Derived::Unprotected,
             Ok(None) => Derived::Refuse(problem::key_missing(&self.policy.name)),
             Err(e) => Derived::Refuse(key_problem(e)),
-        }
-    }
-
-    /// Reserve, and act on the decision ([`decide`]) as winner or loser; loops only to
-    /// wait or to retry a lost race for a takeover.
-    async fn reserve(mut self, intent: Intent) -> Handled {
-        if let Some(breaker) = &self.breaker {
-            match breaker.admit() {
-                Ok(ticket) => self.ticket = Some(ticket),
-                // Open: nothing is reserved or sent; stored intents still answer.
-                Err(retry_after) => return Box::pin(self.while_open(intent, retry_after)).await,
-            }
-        }
-        let policy = self.policy.clone();
-        let waits = policy.on_concurrent == OnConcurrent::Wait;
-        let deadline = Instant::now() + policy.wait_timeout;
-        // The unknown outcome this request already failed to take over: seen again, it
-        // is another replica's (or a renewed owner's) now, so the request is refused.
-        let mut lost: Option<Token> = None;
-        loop {
-            // Watch before reading, so a completion between the read and the wait is seen.
-            let cx = self.cx;
-            let store = &cx.worker.store;
-            let mut watch = waits.then(|| store.watch(&intent.store_key));
-            let mut mine = intent.reservation(&policy);
-            if let Some(trace) = cx.trace() {
-                // The in-progress record already names the execution that will answer.
-                mine.trace = trace.link().map(Box::new);
-            }
-            let reserved = self
-                .timed(
-                    StoreOp::Reserve,
-                    store.reserve(&intent.store_key, &mine, policy.retention),
-                )
-                .await;
-            let existing = match reserved {
-                Err(e) => {
-                    let refused = self.on_store_error == OnStoreError::Reject;
-                    if refused && matches!(e, StoreError::Timeout(_)) {
-                        release_orphan(&cx.worker, intent.store_key, mine.token, policy.lease);
-                    }
-                    return Box::pin(self.store_failed(e)).await;
-                }
-                Ok(Reserve::Won) => return self.forward(&intent, mine).answered().await,
-                Ok(Reserve::Exists(existing, store_now)) => (existing, store_now),
-            };
-            // The lease is judged on the store's clock, read with the record.
-            let (existing, store_now) = existing;
-            if let Err(p) = self.readable(&existing, &intent.store_key) {
-                return self.refuse(p, Outcome::Conflict);
-            }
-            let now = Instant::now();
-            let may_wait = waits && now < deadline;
-            let decision = decide(
-                &existing,
-                &intent,
-                &mine.token,
-                &policy,
-                may_wait,
-                store_now,
-            );
-            if let Some(trace) = cx.trace() {
-                match &decision {
-                    Decision::Replay { .. } => {
-                        trace.replays(existing.trace.as_deref(), existing.attempt)
-                    }
-                    // Refused because of that record (in progress, or another payload).
-                    Decision::Refuse(..) => trace.link_to(existing.trace.as_deref(), "refused_by"),
-                    _ => {}
-                }
-            }
-            match decision {
-                Decision::Won => return self.forward(&intent, mine).answered().await,
-                Decision::Replay { stored, body } => {
-                    let reconciled = existing.settled == Some(Settled::Reconciled);
-                    return self.replay(stored, body, reconciled);
-                }
-                Decision::Refuse(p, outcome) => return self.refuse(p, outcome),
-                Decision::NewAttempt => {
-                    let mut next = existing.next_attempt(policy.lease);
-                    next.trace = cx.trace().and_then(RequestTrace::link).map(Box::new);
-                    let taken = store.replace_if_owner(
-                        &intent.store_key,
-                        &existing.token,
-                        &next,
-                        policy.retention,
-                        false,
-                    );
-                    match self.timed(StoreOp::Takeover, taken).await {
-                        Ok(true) => return self.forward(&intent, next).answered().await,
-                        // Another duplicate took it over first: look again.
-                        Ok(false) => continue,
-                        Err(e) => return Box::pin(self.store_failed(e)).await,
-                    }
-                }
-                Decision::Retry | Decision::Reconcile if lost == Some(existing.token) => {
-                    let retry_after = super::decide::retry_after_secs(&existing, store_now);
-                    let p = problem::in_progress(&policy.name, retry_after);
-                    return self.refuse(p, Outcome::Conflict);
-                }
-                Decision::Retry | Decision::Reconcile => {
-                    let settling = match decision {
-                        // Boxed: rare paths (a lookup is a whole upstream exchange),
-                        // kept out of the state every protected request's future
-                        // carries and copies (measured: +8k instructions of memcpy per
-                        // replay when inline).
-                        Decision::Retry => Box::pin(self.retry_unknown(&intent, &existing)).await,
-                        _ => Box::pin(self.reconcile(&intent, &existing)).await,
-                    };
-                    match settling {
-                        Settling::Forward(record) => {
-                            return self.forward(&intent, record).answered().await
-                        }
-                        // Settled from the upstream's records: back through the
-                        // decision's answer of a completed record.
-                        Settling::Replay(record) => {
-                            let Some(stored) = record.response.as_ref() else {
-                                continue;
-                            };
-                            return match answer(stored) {
-                                Decision::Replay { stored, body } => {
-                                    self.replay(stored, body, true)
-                                }
-                                Decision::Refuse(p, outcome) => self.refuse(p, outcome),
-                                _ => continue,
-                            };
-                        }
-                        Settling::Refuse(p) => return self.refuse(p, Outcome::Conflict),
-                        Settling::StoreFailed(e) => return Box::pin(self.store_failed(e)).await,
-                        Settling::Lost => lost = Some(existing.token),
-                    }
-                }
-                Decision::Wait { nap } => {
-                    let Some(watch) = watch.as_mut() else {
-                        continue;
-                    };
-                    let woken_by = tokio::select! {
-                        _ = watch.changed() => WokenBy::Notification,
-                        _ = tokio::time::sleep_until((now + nap).min(deadline).into()) => {
-                            WokenBy::Timer
-                        }
-                    };
-                    self.cx.worker.metrics.woken(woken_by);
-                }
-            }
         }
     }
 

@@ -26,8 +26,8 @@ impl Flow<'_> {
             Ok(None) => return self.refuse(open, Outcome::CircuitOpen),
             Err(e) => return Box::pin(self.store_failed(e)).await,
         };
-        if let Err(p) = self.readable(&existing, &intent.store_key) {
-            return self.refuse(p, Outcome::Conflict);
+        if let Err(refusal) = self.readable(&existing, &intent.store_key) {
+            return self.refuse_because(refusal);
         }
         // A token no record carries: this request owns nothing.
         let mine = intent.reservation(&self.policy);
@@ -43,7 +43,7 @@ impl Flow<'_> {
                 let reconciled = existing.settled == Some(Settled::Reconciled);
                 self.replay(stored, body, reconciled)
             }
-            Decision::Refuse(p, outcome) => self.refuse(p, outcome),
+            Decision::Refuse(refusal) => self.refuse_because(refusal),
             // Each of these would send to the upstream (or look it up).
             Decision::Won
             | Decision::NewAttempt

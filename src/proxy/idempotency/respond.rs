@@ -1,5 +1,6 @@
 //! How the protected flow answers when it does not forward: a replay, a refusal, the
 //! store's failure (refuse or degrade), a sealed record opened or found unreadable.
+//! Refusals because of the record under the key are built here from a [`Refusal`].
 
 use std::future::Future;
 use std::time::Instant;
@@ -10,6 +11,7 @@ use http_body_util::{Either, Full};
 
 use super::super::body::ProxyBody;
 use super::super::problem::{self, Problem};
+use super::super::refusal::Refusal;
 use super::super::replay::{replay, replay_mcp};
 use super::super::{forward_unprotected, Handled};
 use super::Flow;
@@ -65,7 +67,7 @@ impl Flow<'_> {
     /// Whether `existing` came back opened from the store, or the 409
     /// `record_unreadable` when it is still sealed, no listed key opening it: never
     /// executed again. By reference: the record is not moved on every repeat's path.
-    pub(super) fn readable(&self, existing: &Record, key: &StoreKey) -> Result<(), Problem> {
+    pub(super) fn readable(&self, existing: &Record, key: &StoreKey) -> Result<(), Refusal> {
         if existing.sealed.is_none() {
             return Ok(());
         }
@@ -74,11 +76,16 @@ impl Flow<'_> {
         };
         tracing::warn!(route = %self.policy.name, key = %key, reason = %why, "stored record cannot be read");
         self.cx.worker.metrics.unreadable(&self.policy.name);
-        Err(problem::record_unreadable(&self.policy.name))
+        Err(Refusal::Unreadable)
     }
 
     /// Answer from the stored outcome (`reconciled`: it came from the upstream's records).
-    pub(super) fn replay(self, stored: &StoredResponse, body: &Bytes, reconciled: bool) -> Handled {
+    pub(super) fn replay(
+        &self,
+        stored: &StoredResponse,
+        body: &Bytes,
+        reconciled: bool,
+    ) -> Handled {
         let mut response = match &self.mcp {
             Some(call) => replay_mcp(stored, body, call, &self.policy.store_headers.exclude),
             None => replay(stored, body, &self.policy.store_headers.exclude),
@@ -93,12 +100,17 @@ impl Flow<'_> {
         self.answer(response, Outcome::Replayed)
     }
 
-    pub(super) fn refuse(self, p: Problem, outcome: Outcome) -> Handled {
+    pub(super) fn refuse(&self, p: Problem, outcome: Outcome) -> Handled {
         let response = self.format.respond(p);
         self.answer(response, outcome)
     }
 
-    pub(super) fn answer(self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
+    /// Refuse because of the record under the key: the one place such answers are built.
+    pub(super) fn refuse_because(&self, refusal: Refusal) -> Handled {
+        self.refuse(refusal.problem(&self.policy.name), refusal.outcome())
+    }
+
+    pub(super) fn answer(&self, response: Response<ProxyBody>, outcome: Outcome) -> Handled {
         Handled::answered(response, outcome).keyed(self.key, self.store_time)
     }
 

@@ -11,7 +11,8 @@ use http_body_util::{Either, Full};
 use super::super::decide::Lookup;
 use super::super::exchange;
 use super::super::forward::upstream_request;
-use super::super::problem::{self, Problem, UnknownBecause};
+use super::super::problem::UnknownBecause;
+use super::super::refusal::Refusal;
 use super::Flow;
 use crate::config::OnUnknown;
 use crate::key;
@@ -28,8 +29,8 @@ pub(super) enum Settling {
     Forward(Record),
     /// Settled from the upstream's records: replay this completed record.
     Replay(Record),
-    /// Still unknown: answer this.
-    Refuse(Problem),
+    /// Still unknown: refuse.
+    Refuse(Refusal),
     StoreFailed(StoreError),
     /// Another replica settled it first, or its owner came back: look again.
     Lost,
@@ -109,14 +110,11 @@ impl Flow<'_> {
             .reconcile
             .as_ref()
             .map_or(1, |r| r.timeout.as_secs().max(1));
-        let because = UnknownBecause::LookupFailed;
-        let p = problem::outcome_unknown(
-            &self.policy.name,
-            existing.sent_at_ms,
-            because,
-            Some(seconds),
-        );
-        Settling::Refuse(p)
+        Settling::Refuse(Refusal::OutcomeUnknown {
+            sent_at_ms: existing.sent_at_ms,
+            because: UnknownBecause::LookupFailed,
+            retry_after: Some(seconds),
+        })
     }
 
     /// The lookup request: the route's `reconcile` method and path, with the original
