@@ -73,6 +73,7 @@ pub mod route;
 pub mod server;
 pub mod signal;
 pub mod store;
+pub mod store_key;
 pub mod telemetry;
 pub mod template;
 pub mod terminal;

@@ -23,8 +23,8 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::records;
 use super::reply::{error, json_response, refuse_unless_json, AdminResponse};
-use super::unknown;
 use super::Admin;
 use crate::store::Phase;
 use crate::vocabulary::Resolution;
@@ -97,7 +97,7 @@ pub(super) async fn resolve_all(admin: &Admin, req: Request<Incoming>) -> AdminR
         (Err(e), _) | (_, Err(e)) => return error(StatusCode::BAD_REQUEST, e),
     };
 
-    let ((records, now), store) = match unknown::read_with_store(admin, usize::MAX).await {
+    let ((records, now), store) = match records::read_unsettled(&admin.stores, usize::MAX).await {
         Ok(read) => read,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };

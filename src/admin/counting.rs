@@ -20,7 +20,7 @@ pub(super) const COUNT_EVERY: Duration = Duration::from_secs(30);
 
 /// Every record not completed, and the store's clock.
 async fn read_all(admin: &Admin) -> Result<(Vec<(StoreKey, Record)>, u64), StoreError> {
-    let read = super::unknown::read_with_store(admin, usize::MAX).await;
+    let read = super::records::read_unsettled(&admin.stores, usize::MAX).await;
     read.map(|(read, _)| read)
 }
 

@@ -16,6 +16,19 @@ pub(super) struct KeyRef {
     pub(super) store_key: StoreKey,
 }
 
+/// At most `limit` records not completed, the store's clock, and the store handle that
+/// answered (to write through the same one).
+pub(super) async fn read_unsettled(
+    stores: &[Store],
+    limit: usize,
+) -> Result<((Vec<(StoreKey, Record)>, u64), &Store), StoreError> {
+    any_store(stores, |s| async {
+        let records = s.list_in_progress(limit).await?;
+        Ok((records, s.clock_ms().await?))
+    })
+    .await
+}
+
 /// Run `op` on the first worker store connection that answers, and say which: after a
 /// Redis outage each worker's connection recovers on its own, and an operator's request
 /// should not fail on the one that has not been used yet.

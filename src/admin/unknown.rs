@@ -16,11 +16,11 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::records::{any_store, time};
+use super::records::{read_unsettled, time};
 use super::reply::{error, json_response, param, AdminResponse};
 use super::Admin;
 use crate::key::StoreKey;
-use crate::store::{Phase, Record, Store, StoreError};
+use crate::store::{Phase, Record, StoreError};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -121,18 +121,7 @@ fn item(record: &Record, phase: Phase) -> Value {
 /// The in-progress records and the store's clock, which tells unknown outcomes (lease
 /// ended) from calls in flight.
 async fn read(admin: &Admin) -> Result<(Vec<(StoreKey, Record)>, u64), StoreError> {
-    read_with_store(admin, READ_CAP).await.map(|(read, _)| read)
-}
-
-/// At most `limit` records not completed, the store's clock, and the store handle that
-/// answered (to write through the same one).
-pub(super) async fn read_with_store(
-    admin: &Admin,
-    limit: usize,
-) -> Result<((Vec<(StoreKey, Record)>, u64), &Store), StoreError> {
-    any_store(&admin.stores, |s| async {
-        let records = s.list_in_progress(limit).await?;
-        Ok((records, s.clock_ms().await?))
-    })
-    .await
+    read_unsettled(&admin.stores, READ_CAP)
+        .await
+        .map(|(read, _)| read)
 }

@@ -244,7 +244,10 @@ fn duplicate(body: &BodyView, modern: bool) -> Refusal {
 fn args_hash(tool: &str, arguments: Option<&Value>) -> String {
     let empty = Value::Object(serde_json::Map::new());
     let canonical = canonical::to_vec(arguments.filter(|a| !a.is_null()).unwrap_or(&empty));
-    crate::fast_hex::encode(&crate::key::hash_fields(&[tool.as_bytes(), &canonical]))
+    crate::fast_hex::encode(&crate::store_key::hash_fields(&[
+        tool.as_bytes(),
+        &canonical,
+    ]))
 }
 
 #[cfg(test)]

@@ -148,7 +148,7 @@ impl Proxy {
             Box::new(RequestTrace::start(
                 traces,
                 &parts.method,
-                &policy,
+                (&policy.name, policy.path.as_str()),
                 &parts.headers,
             ))
         });

@@ -4,7 +4,7 @@
 //! calls still in flight), at most `limit` of them.
 
 use super::{Record, RecordState};
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 
 /// The `limit` in-progress records whose leases end first among those pushed. A scan
 /// over a large keyspace holds at most twice `limit` records at a time.

@@ -33,6 +33,7 @@
 //! record it reads ([`Sealing`], `sealing.rs`): its callers hand it records in clear and
 //! get them back in clear, and the backends only ever hold sealed ones.
 
+pub mod config;
 mod listing;
 pub mod memory;
 pub mod postgres;
@@ -54,7 +55,7 @@ pub use sealing::Sealing;
 pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
 
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 
 /// Result of a reservation attempt.
 // Not boxed: a `Reserve` lives for one `match` on the request path, and boxing would

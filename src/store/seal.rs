@@ -26,7 +26,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 
 use super::{Record, RecordState, StoredResponse};
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 
 mod bound;
 mod credential_key;

@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
+use super::config::EncryptionConfig;
 use super::seal::{Keyring, Sealed, Unreadable};
 use super::Record;
-use crate::config::EncryptionConfig;
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 
 /// The sealing layer's keys, shared by every handle of one store.
 #[derive(Clone, Default)]

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
+use super::config::{RedisConfig, StoreBackend, StoreConfig};
 use super::postgres::{self, PostgresStore};
 use super::redis::{RedisEvents, RedisStore};
 use super::{memory::MemoryStore, Backend, Sealing, Store, StoreError};
-use crate::config::{RedisConfig, StoreBackend, StoreConfig};
 
 /// Records the memory store keeps before evicting the soonest-expiring completed one.
 pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use crate::key::{KeyMap, StoreKey};
+use crate::store_key::{KeyMap, StoreKey};
 
 /// Independent maps in the registry; keys are SHA-256 digests, so their first byte
 /// spreads them evenly.

@@ -22,8 +22,6 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use crate::config::TelemetryConfig;
-
 pub use request::{RequestTrace, TraceLink};
 
 /// How long the end of the drain waits for the last batch of spans to be sent.
@@ -40,6 +38,20 @@ pub struct Traces {
 /// the drain, so the spans of the last requests are sent.
 pub struct Exporter {
     provider: SdkTracerProvider,
+}
+
+/// `telemetry`: where traces go. Each field, when set, wins over its `OTEL_*`
+/// variable (as code configuration does in the OpenTelemetry SDKs); unset fields leave
+/// the variables in charge (see below).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP base URL (`/v1/traces` is appended), like `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub otlp_endpoint: Option<String>,
+    /// Like `OTEL_SERVICE_NAME`.
+    pub service_name: Option<String>,
+    /// Share of new traces kept (parent-based: a caller's sampling decision is followed),
+    /// like `OTEL_TRACES_SAMPLER=parentbased_traceidratio` with this `OTEL_TRACES_SAMPLER_ARG`.
+    pub sample_ratio: Option<f64>,
 }
 
 /// The OTLP endpoint traces go to, if any: the file's, else the standard variables'.

@@ -19,8 +19,7 @@ use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::trace::Span;
 
 use super::Traces;
-use crate::config::RoutePolicy;
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 use crate::vocabulary::{Outcome, StoreOp};
 
 /// The trace and span of the execution that produced a record, kept in the record so a
@@ -39,12 +38,13 @@ pub struct RequestTrace {
 }
 
 impl RequestTrace {
-    /// Start the server span of a request matched to `route`, as a child of the
-    /// caller's `traceparent` (and `tracestate`) when it sent a valid one.
+    /// Start the server span of a request matched to the route named `route` (its path
+    /// template `template`), as a child of the caller's `traceparent` (and `tracestate`)
+    /// when it sent a valid one.
     pub fn start(
         traces: &Traces,
         method: &Method,
-        route: &RoutePolicy,
+        (route, template): (&str, &str),
         headers: &HeaderMap,
     ) -> RequestTrace {
         let parent = traces.propagator.extract(&HeaderExtractor(headers));
@@ -59,14 +59,13 @@ impl RequestTrace {
         let cx = parent.with_span(span);
         let span = cx.span();
         if span.is_recording() {
-            let template = route.path.as_str();
             span.update_name(format!("{method} {template}"));
             span.set_attribute(KeyValue::new(
                 "http.request.method",
                 method.as_str().to_owned(),
             ));
             span.set_attribute(KeyValue::new("http.route", template.to_owned()));
-            span.set_attribute(KeyValue::new("idem.route", route.name.clone()));
+            span.set_attribute(KeyValue::new("idem.route", route.to_owned()));
         }
         RequestTrace {
             traces: traces.clone(),

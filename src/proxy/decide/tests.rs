@@ -6,11 +6,11 @@ use bytes::Bytes;
 use http::Method;
 
 use super::*;
-use crate::vocabulary::Outcome;
 use crate::config::{OnAmbiguous, OnFailure, OnUnknown, StatusSet};
 use crate::key::StoreKey;
 use crate::route::tests::policy;
 use crate::store::Settled;
+use crate::vocabulary::Outcome;
 
 const NOW: u64 = 1_800_000_000_000;
 

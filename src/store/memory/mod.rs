@@ -26,7 +26,7 @@ use self::shard::{Entry, Shard};
 use super::listing::Soonest;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch, Watchers};
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 
 const SHARDS: usize = 16;
 /// Expired records are already invisible; purging only returns their memory.

@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 
 use tokio::time::Instant;
 
-use crate::key::{KeyMap, StoreKey};
 use crate::store::Record;
+use crate::store_key::{KeyMap, StoreKey};
 
 /// A stored record and the monotonic instant it stops being visible.
 pub(super) struct Entry {

@@ -23,9 +23,9 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, NoTls, Socket};
 
 use super::target::Target;
-use crate::key::StoreKey;
 use crate::store::task::AbortOnDrop;
 use crate::store::Watchers;
+use crate::store_key::StoreKey;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

@@ -54,8 +54,8 @@ use super::listing::Soonest;
 use super::record::encode;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
-use crate::config::PostgresConfig;
-use crate::key::StoreKey;
+use crate::store::config::PostgresConfig;
+use crate::store_key::StoreKey;
 
 /// Reservation statements run when one comes back empty (see `Sql::reserve`) before
 /// giving up; each retry sees the rows committed before it started.

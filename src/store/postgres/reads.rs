@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use super::{PostgresStore, Soonest};
-use crate::key::StoreKey;
 use crate::store::record::decode;
 use crate::store::{Record, StoreError};
+use crate::store_key::StoreKey;
 
 /// A record read with its clocks (`sql::clocks`, from column `at`): its lease's end and
 /// first send on the database's clock replace the writer's estimates in its bytes, and

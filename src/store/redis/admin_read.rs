@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::RedisStore;
-use crate::key::StoreKey;
 use crate::store::record::decode_owned;
 use crate::store::{Record, StoreError};
+use crate::store_key::StoreKey;
 
 impl RedisStore {
     /// `GET` and `PTTL` in one pipeline (one key, so one node on a Cluster).

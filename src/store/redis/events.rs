@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::local::Local;
-use crate::key::StoreKey;
 use crate::store::Watchers;
+use crate::store_key::StoreKey;
 
 pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use crate::key::StoreKey;
+use crate::store_key::StoreKey;
 
 /// Hash-tag buckets in cluster mode: one per value of the key's first byte.
 pub(super) const BUCKETS: usize = 256;

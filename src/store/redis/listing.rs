@@ -21,10 +21,10 @@ use redis::{FromRedisValue, Value};
 use super::conn::Link;
 use super::scripts::{FIELD, INDEX};
 use super::RedisStore;
-use crate::key::StoreKey;
 use crate::store::listing::Soonest;
 use crate::store::record::decode;
 use crate::store::{Record, StoreError};
+use crate::store_key::StoreKey;
 
 /// Keys asked for per `SCAN` step of the one-time indexing (a hint to Redis).
 const BATCH: usize = 500;

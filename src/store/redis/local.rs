@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::key::{KeyMap, StoreKey};
 use crate::store::{Record, StoreError, Token};
+use crate::store_key::{KeyMap, StoreKey};
 
 /// How long a completed record stays here after duplicates were seen.
 pub(super) const KEEP_COMPLETED: Duration = Duration::from_secs(2);

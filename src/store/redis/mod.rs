@@ -16,6 +16,7 @@
 //!   the process owns is answered from memory (`local.rs`).
 
 mod admin_read;
+mod client;
 mod command;
 mod conn;
 mod events;
@@ -50,8 +51,8 @@ use self::target::Target;
 use super::record::decode_owned;
 use super::task::AbortOnDrop;
 use super::{Record, Reserve, StoreError, Token, Watch};
-use crate::config::{RedisConfig, RedisMode};
-use crate::key::StoreKey;
+use crate::store::config::{RedisConfig, RedisMode};
+use crate::store_key::StoreKey;
 
 /// Handle to a Redis store; clones share connections, subscription and watchers.
 #[derive(Clone)]
@@ -97,7 +98,7 @@ impl RedisStore {
         let layout = Layout::new(&cfg.key_prefix, cfg.mode.is_cluster());
         let sharded = match &cfg.mode {
             RedisMode::Cluster { nodes } => {
-                let certs = target::certificates(cfg)?;
+                let certs = client::certificates(cfg)?;
                 Some(target::cluster_builder(cfg, nodes, &certs)?)
             }
             _ => None,

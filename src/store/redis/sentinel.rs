@@ -19,8 +19,8 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, TlsCe
 use tokio::sync::Mutex;
 use tokio::time::timeout;
 
-use super::target::{client, node_info};
-use crate::config::RedisConfig;
+use super::client::{client, node_info};
+use crate::store::config::RedisConfig;
 use crate::store::StoreError;
 
 /// The sentinel set of one master.

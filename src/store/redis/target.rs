@@ -2,18 +2,19 @@
 //! a [`Client`] for one server (standalone), a [`ClusterClient`] over the seed nodes
 //! (cluster), or the [`Sentinels`] that name the current master (sentinel).
 //!
-//! Every mode shares the same connection details: TCP_NODELAY, credentials from the URL
-//! (`user:password@`, `${ENV}`-expanded at load time), and for `rediss://` the CAs of
-//! `tls.ca_file` instead of the system store.
+//! Every mode makes its clients the same way (`client.rs`): TCP_NODELAY, credentials
+//! from the URL (`user:password@`, `${ENV}`-expanded at load time), and for `rediss://`
+//! the CAs of `tls.ca_file` instead of the system store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::{Client, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
+use redis::{Client, TlsCertificates};
 
+use super::client::{bad_config, certificates, client, clone_certs, node_info};
 use super::sentinel::Sentinels;
-use crate::config::{RedisConfig, RedisMode};
+use crate::store::config::{RedisConfig, RedisMode};
 use crate::store::StoreError;
 
 /// Where commands go.
@@ -77,59 +78,4 @@ pub(super) fn cluster_builder(
         builder = builder.certs(clone_certs(certs));
     }
     Ok(builder)
-}
-
-/// A URL as connection details, with TCP_NODELAY set.
-///
-/// redis-rs leaves Nagle's algorithm on. Commands are small and pipelined; with Nagle
-/// the tail of a record that spans segments can wait for the server's delayed ACK
-/// (tens of milliseconds on a real network). Other Redis clients set TCP_NODELAY too.
-pub(super) fn node_info(url: &str) -> Result<ConnectionInfo, StoreError> {
-    let info = url
-        .into_connection_info()
-        .map_err(|e| bad_config("redis url", e))?;
-    let tcp = info.tcp_settings().clone().set_nodelay(true);
-    Ok(info.set_tcp_settings(tcp))
-}
-
-/// A client for one server, trusting `certs` for TLS when given.
-pub(super) fn client(
-    info: ConnectionInfo,
-    certs: &Option<TlsCertificates>,
-) -> Result<Client, StoreError> {
-    let built = match certs {
-        Some(certs) => Client::build_with_tls(info, clone_certs(certs)),
-        None => Client::open(info),
-    };
-    built.map_err(|e| bad_config("redis url", e))
-}
-
-/// The CAs of `tls.ca_file`, if set.
-pub(super) fn certificates(cfg: &RedisConfig) -> Result<Option<TlsCertificates>, StoreError> {
-    let Some(path) = &cfg.tls_ca_file else {
-        return Ok(None);
-    };
-    let pem = std::fs::read(path).map_err(|e| {
-        StoreError::Unavailable(format!(
-            "cannot read store.redis.tls.ca_file {}: {e}",
-            path.display()
-        ))
-    })?;
-    Ok(Some(TlsCertificates {
-        client_tls: None,
-        root_cert: Some(pem),
-    }))
-}
-
-/// `TlsCertificates` is not `Clone`.
-pub(super) fn clone_certs(certs: &TlsCertificates) -> TlsCertificates {
-    TlsCertificates {
-        client_tls: None,
-        root_cert: certs.root_cert.clone(),
-    }
-}
-
-/// redis-rs errors about a URL never quote the URL itself, so no password leaks here.
-fn bad_config(what: &str, e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(format!("cannot use {what}: {e}"))
 }

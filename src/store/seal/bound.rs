@@ -20,8 +20,8 @@
 //! its format in the metadata (`seal_format`), and the tag binds the associated data it
 //! was sealed with, so a format 2 record relabelled as format 1 does not open either.
 
-use crate::key::StoreKey;
 use crate::store::Record;
+use crate::store_key::StoreKey;
 
 /// The format this release seals in.
 pub const FORMAT: u8 = 2;
