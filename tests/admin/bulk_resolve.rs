@@ -14,7 +14,7 @@ use support::env::{Backend, Env};
 use support::harness::{admin_url, send, url, Idem};
 use support::poll::eventually;
 
-const ROUTES: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n    lease: 300ms\n    on_unknown: hold\n";
+const ROUTES: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n    lease: 1500ms\n    on_unknown: hold\n";
 
 async fn charge(idem: &Idem, id: &str, headers: &[(&str, &str)]) -> u16 {
     send(
@@ -49,7 +49,7 @@ fn rfc3339(at: SystemTime) -> String {
 
 async fn eight_unknown_outcomes_settle_in_one_call(b: Backend) {
     let env = Env::new(b).await;
-    let idem = env.idem_with_timeout(ROUTES, "3s").await;
+    let idem = env.idem_with_timeout(ROUTES, "10s").await;
     let reset = [("x-mock-reset", "true")];
     for n in 0..4 {
         assert_eq!(charge(&idem, &format!("early{n}"), &reset).await, 504);
@@ -60,14 +60,14 @@ async fn eight_unknown_outcomes_settle_in_one_call(b: Backend) {
     for n in 0..4 {
         assert_eq!(charge(&idem, &format!("late{n}"), &reset).await, 504);
     }
-    eventually(Duration::from_secs(5), "8 unknown outcomes", async || {
+    eventually(Duration::from_secs(15), "8 unknown outcomes", async || {
         unknown_count(&idem).await == 8
     })
     .await;
     // A call in flight on the same route: its lease is renewed while it runs.
     let slow = tokio::spawn({
         let target = url(&idem, "/invoices/slow/charge");
-        async move { send("POST", &target, &[("x-mock-delay-ms", "2500")], "{}").await }
+        async move { send("POST", &target, &[("x-mock-delay-ms", "5000")], "{}").await }
     });
     eventually(
         Duration::from_secs(5),
@@ -75,7 +75,9 @@ async fn eight_unknown_outcomes_settle_in_one_call(b: Backend) {
         async || env.upstream.executions("charge:slow") == 1,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // past one lease: still live
+    // Past one lease: still live. The lease is long enough (renewed every 500 ms) that a
+    // renewal late by a second on a loaded machine still keeps it.
+    tokio::time::sleep(Duration::from_millis(1700)).await;
 
     let all = json!({"route": "charge", "outcome": "not_executed"});
     let mut dry = all.clone();

@@ -355,7 +355,14 @@ async fn resolved_as_not_executed_the_next_repeat_is_sent_once_with_the_same_key
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_unknown_outcome_is_resolved_and_only_once() {
     let _panics = crate::support::panics::watched();
-    let (env, idem) = env().await;
+    let env = Env::new(Backend::redis()).await;
+    // Store operations wait out the 1 s Redis pause below rather than time out, so the
+    // race does not depend on twenty requests arriving within a 250 ms timeout.
+    let slow_store = env.base_yaml("200ms").replace(
+        &format!("op_timeout: {}ms", support::store::OP_TIMEOUT.as_millis()),
+        "op_timeout: 5s",
+    );
+    let idem = support::harness::start(&format!("{slow_store}{ROUTES}")).await;
     let store = env.backend.instance().await;
     let completed = json!({"outcome": "completed", "status": 200});
     let flying = seed(
@@ -391,7 +398,8 @@ async fn only_an_unknown_outcome_is_resolved_and_only_once() {
     );
 
     // Twenty operators at once, all reading the record before any writes it (Redis is
-    // paused while they read): one resolution, the others refused, never two outcomes.
+    // paused for a second while their reads wait): one resolution, the others refused,
+    // never two outcomes.
     unknown_now(&store, "charge", "", "charge:race").await;
     let redis = env.backend.redis_server();
     redis.pause();
@@ -401,7 +409,7 @@ async fn only_an_unknown_outcome_is_resolved_and_only_once() {
         tokio::spawn(async move { send("POST", &u, &[AUTH, JSON], &body.to_string()).await })
     });
     let outcomes: Vec<_> = outcomes.collect();
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     redis.resume();
     let answers: Vec<Resp> = join_all(outcomes)
         .await
