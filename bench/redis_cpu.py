@@ -30,6 +30,7 @@ import os
 import re
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +55,41 @@ def snapshot(redis):
         if m:
             stats[m.group(1)] = (int(m.group(2)), int(m.group(3)))
     return cpu, stats
+
+
+class CountedRedis(run.Redis):
+    """A redis-server under `valgrind --tool=callgrind` (`--instructions`): its user-space
+    instructions between two `instructions()` calls, the same on a busy machine as on a
+    quiet one (sockets' kernel time is not counted)."""
+
+    def __init__(self, workdir):
+        self.port = run.free_port()
+        self.out = os.path.join(workdir, "callgrind")
+        os.makedirs(self.out, exist_ok=True)
+        self.proc = run.Proc("redis", [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}/cg.%p",
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--protected-mode", "no", "--dir", self.out], workdir)
+        run.wait_port(self.port, timeout=60)
+
+    def instructions(self):
+        """Instructions since the previous call (a callgrind dump zeroes the counters)."""
+        before = set(os.listdir(self.out))
+        subprocess.run(["callgrind_control", "-d", str(self.proc.pid)], capture_output=True,
+                       check=True)
+        for _ in range(200):
+            new = set(os.listdir(self.out)) - before
+            if new:
+                break
+            time.sleep(0.05)
+        path = os.path.join(self.out, new.pop())
+        for _ in range(100):
+            text = open(path).read()
+            m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+            if m:
+                return int(m.group(1))
+            time.sleep(0.05)
+        raise RuntimeError(f"no totals in {path}")
 
 
 class Plain:
@@ -103,9 +139,13 @@ class Driver:
 
 def measure(redis, idle_rate, work, n):
     """Redis's cost of `work()` per unit of `n`: (cpu µs, commandstats µs, round trips,
-    {command: calls per unit})."""
+    {command: calls per unit}, instructions or 0)."""
     before, started = snapshot(redis), time.monotonic()
+    counted = isinstance(redis, CountedRedis)
+    if counted:
+        redis.instructions()
     work()
+    instructions = redis.instructions() / n if counted else 0
     after, elapsed = snapshot(redis), time.monotonic() - started
     cpu = (after[0] - before[0] - idle_rate * elapsed) * 1e6 / n
     calls = {}
@@ -117,7 +157,7 @@ def measure(redis, idle_rate, work, n):
         calls[cmd] = (c1 - c0) / n
         usec[cmd] = (u1 - u0) / n
     top = [c for c in calls if c in SCRIPTS] or list(calls)
-    return cpu, sum(usec[c] for c in top), sum(calls[c] for c in top), calls
+    return cpu, sum(usec[c] for c in top), sum(calls[c] for c in top), calls, instructions
 
 
 def idle(redis, seconds=2.0):
@@ -134,6 +174,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bin-dir", default=os.path.join(run.ROOT, "target", "release"))
     ap.add_argument("--before", metavar="DIR", help="an earlier build's idem, measured too")
+    ap.add_argument("--instructions", action="store_true",
+                    help="run Redis under callgrind and count its instructions too (slow; "
+                         "its CPU and commandstats then mean little)")
     args = ap.parse_args()
     bins = {b: os.path.join(args.bin_dir, b) for b in ("idem", "idem-bench-upstream")}
     idems = {"idem": bins["idem"]}
@@ -143,7 +186,7 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"{path} missing: cargo build --release")
     workdir = tempfile.mkdtemp(prefix="idem-redis-cpu-")
-    redis = run.Redis(workdir)
+    redis = CountedRedis(workdir) if args.instructions else run.Redis(workdir)
     upstream_port = run.free_port()
     up = run.Proc("upstream", [bins["idem-bench-upstream"], "--listen",
                                f"127.0.0.1:{upstream_port}", "--threads", "1"], workdir)
@@ -194,7 +237,7 @@ def main():
             rows.setdefault(("plain", "replay"), []).append(measure(
                 redis, rate, lambda: [plain.call("GET", sample) for _ in range(n)], n))
             print(f"round {rnd + 1}: record {len(completed)} bytes", file=sys.stderr)
-        report(rows, idems, n, args.runs, len(completed))
+        report(rows, idems, n, args.runs, len(completed), args.instructions)
     finally:
         for p in procs.values():
             p.stop()
@@ -202,8 +245,19 @@ def main():
         redis.proc.stop()
 
 
-def report(rows, idems, n, runs, record_bytes):
-    med = {k: [statistics.median(r[i] for r in v) for i in range(3)] for k, v in rows.items()}
+def report(rows, idems, n, runs, record_bytes, counted):
+    med = {k: [statistics.median(r[i] for r in v) for i in (0, 1, 2, 4)]
+           for k, v in rows.items()}
+    if counted:
+        print(f"Redis's instructions per intent (callgrind), median of {runs} rounds of {n}:")
+        print()
+        print("| who | path | Redis instructions | × plain |")
+        print("|---|---|---:|---:|")
+        for who in [*idems, "plain"]:
+            for path in ("fresh", "replay"):
+                ins, base = med[(who, path)][3], med[("plain", path)][3]
+                print(f"| {who} | {path} | {ins:,.0f} | {ins / base:.2f} |")
+        return
     print(f"Redis per intent, median of {runs} rounds of {n} (record {record_bytes} bytes):")
     print()
     print("| who | path | Redis CPU µs | × plain | commandstats µs | × plain "
@@ -211,8 +265,8 @@ def report(rows, idems, n, runs, record_bytes):
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for who in [*idems, "plain"]:
         for path in ("fresh", "replay"):
-            cpu, usec, trips = med[(who, path)]
-            base_cpu, base_usec, _ = med[("plain", path)]
+            cpu, usec, trips, _ = med[(who, path)]
+            base_cpu, base_usec, _, _ = med[("plain", path)]
             calls = rows[(who, path)][-1][3]
             text = ", ".join(f"{c} {v:.2f}" for c, v in sorted(calls.items(),
                                                                 key=lambda kv: -kv[1]))
