@@ -198,8 +198,10 @@ def main():
         plain = Plain(redis.port)
         for rnd in range(args.runs):
             for label, binary in idems.items():
+                # Under callgrind Redis is some 50 times slower: a longer bound per call.
+                slow = "    op_timeout: 5s\n" if args.instructions else ""
                 idem = run.Idem({"idem": binary}, workdir, upstream_port, "redis", redis,
-                                workers=1)
+                                workers=1, store_extra=slow)
                 procs[label] = idem
                 try:
                     drive = Driver(idem)
