@@ -26,7 +26,8 @@ def const(name):
     return re.search(r"const " + name + r': &str = r#?"(.*?)"#?;', SOURCE, re.S).group(1)
 
 
-RESERVE = const("CLOCK") + const("FIELD") + const("INDEX") + const("RESERVE")
+REPLAYED = const("REPLAYED")
+RESERVE = REPLAYED + const("FIELD") + const("CLOCK") + const("INDEX") + const("RESERVE")
 META = ('\n{"route":"charge","scope":"","key":"charge:inv_1","fingerprint":"' + "0" * 64
         + '","credentials":"' + "0" * 64 + '","attempt":1,"created_at_ms":1,'
         '"expires_at_ms":1764000000000,"status":null,"headers":[],"body_stored":false,'

@@ -51,13 +51,13 @@ impl Scripts {
             Fenced { source, hash }
         };
         Scripts {
-            reserve: script(&format!("{CLOCK}{FIELD}{INDEX}{RESERVE}")),
-            replace_if_owner: script(&format!("{CLOCK}{FIELD}{INDEX}{REPLACE_IF_OWNER}")),
+            reserve: script(&format!("{REPLAYED}{FIELD}{CLOCK}{INDEX}{RESERVE}")),
+            replace_if_owner: script(&format!("{FIELD}{CLOCK}{INDEX}{REPLACE_IF_OWNER}")),
             take_over: script(&format!(
-                "{CLOCK}{FIELD}{INDEX}{LEASE_ENDED}{REPLACE_IF_OWNER}"
+                "{FIELD}{CLOCK}{INDEX}{LEASE_ENDED}{REPLACE_IF_OWNER}"
             )),
             renew: script(&format!(
-                "{CLOCK}{FIELD}{INDEX}{LEASE_LIVE}{REPLACE_IF_OWNER}"
+                "{FIELD}{CLOCK}{INDEX}{LEASE_LIVE}{REPLACE_IF_OWNER}"
             )),
             release_if_owner: script(&format!("{FIELD}{INDEX}{RELEASE_IF_OWNER}")),
             delete: script(&format!("{FIELD}{INDEX}{DELETE}")),
@@ -67,12 +67,14 @@ impl Scripts {
 
 /// The server's clock as unix ms (`now()`, read with `TIME` once per script and only
 /// when needed: a replay or a completion never asks, which saves Redis a command per
-/// call), and `stamp(record, lease, sent)`: the record with `expires_at_ms` set to `now + lease` (unless `lease` is `""`) and, when `sent` is
-/// `"1"`, `sent_at_ms` set to `now`; `keep_sent(record, current)`: the record with the
-/// `sent_at_ms` of the stored `current` (a write that is not a first send keeps the
-/// store's, not the writer's estimate). The fields are looked for in the metadata line
-/// only (from byte 35, before the first newline), where every string is JSON-escaped, so
-/// a key or header cannot fake them.
+/// call), and `stamp(record, lease, sent)`: the record with `expires_at_ms` set to `now +
+/// lease` (unless `lease` is `""`) and, when `sent` is `"1"`, `sent_at_ms` set to `now`,
+/// and the lease's end it wrote (`nil` if none); `keep_sent(record, current)`: the record
+/// with the `sent_at_ms` of the stored `current` (a write that is not a first send keeps
+/// the store's, not the writer's estimate). The fields are found by `digits` (`FIELD`),
+/// and the record is rebuilt once, with one concatenation, however many fields change:
+/// a pattern search and a copy of the record per field were most of a script's time
+/// (issue 48).
 const CLOCK: &str = r#"
 local clock_ms
 local function now()
@@ -82,51 +84,74 @@ local function now()
   end
   return clock_ms
 end
-local function set_field(record, name, value)
-  local eol = string.find(record, '\n', 35, true) or #record
-  local s, e = string.find(record, '"' .. name .. '":%d+', 35)
-  if not s or s > eol then
-    return record
-  end
-  return string.sub(record, 1, s + #name + 2) .. string.format('%d', value) .. string.sub(record, e + 1)
-end
-local function keep_sent(record, current)
-  local eol = string.find(current, '\n', 35, true) or #current
-  local s, e = string.find(current, '"sent_at_ms":%d+', 35)
-  if not s or s > eol then
-    return record
-  end
-  return set_field(record, 'sent_at_ms', tonumber(string.sub(current, s + 13, e)))
+local function splice(record, s, e, value)
+  return string.sub(record, 1, s - 1) .. value .. string.sub(record, e + 1)
 end
 local function stamp(record, lease, sent)
   if lease == '' then
+    return record, nil
+  end
+  local lease_end = now() + tonumber(lease)
+  local until_ms = string.format('%d', lease_end)
+  local es, ee = digits(record, '"expires_at_ms":')
+  local ss, se
+  if sent == '1' then
+    ss, se = digits(record, '"sent_at_ms":')
+  end
+  if not ss then
+    if not es then
+      return record, nil
+    end
+    return splice(record, es, ee, until_ms), lease_end
+  end
+  local sent_ms = string.format('%d', now())
+  if not es then
+    return splice(record, ss, se, sent_ms), nil
+  end
+  if ss < es then
+    return string.sub(record, 1, ss - 1) .. sent_ms .. string.sub(record, se + 1, es - 1)
+      .. until_ms .. string.sub(record, ee + 1), lease_end
+  end
+  return string.sub(record, 1, es - 1) .. until_ms .. string.sub(record, ee + 1, ss - 1)
+    .. sent_ms .. string.sub(record, se + 1), lease_end
+end
+local function keep_sent(record, current)
+  local cs, ce = digits(current, '"sent_at_ms":')
+  if not cs then
     return record
   end
-  record = set_field(record, 'expires_at_ms', now() + tonumber(lease))
-  if sent == '1' then
-    record = set_field(record, 'sent_at_ms', now())
+  local s, e = digits(record, '"sent_at_ms":')
+  if not s then
+    return record
   end
-  return record
+  return splice(record, s, e, string.sub(current, cs, ce))
 end
 "#;
 
-/// `SET key value NX GET PX ttl`, stamped: `KEYS[1]` store key; `ARGV[1]` record;
-/// `ARGV[2]` TTL in ms (the record's life); `ARGV[3]` lease in ms. Returns `now` (an
-/// integer) when the key was absent and is now ours; the existing record alone when it
-/// is completed (a replay never reads the clock); `{now, existing record}` when it is in
-/// progress. The two short shapes matter: the client's parser costs about 1 400
-/// instructions more for the array than for one value (callgrind, replay-redis).
-const RESERVE: &str = r"
+/// The reservation's first lines, before the helpers are even defined: a replay (the key
+/// holds a completed record) is answered by one `GET`, without building the closures of
+/// `FIELD`, `CLOCK` and `INDEX` it would not use.
+const REPLAYED: &str = r"
 local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 1) == 'C' then
+  return current
+end
+";
+
+/// `SET key value NX GET PX ttl`, stamped (after `REPLAYED`, whose `current` it reads):
+/// `KEYS[1]` store key; `ARGV[1]` record; `ARGV[2]` TTL in ms (the record's life);
+/// `ARGV[3]` lease in ms. Returns `now` (an integer) when the key was absent and is now
+/// ours; the existing record alone when it is completed (`REPLAYED`: a replay never reads
+/// the clock); `{now, existing record}` when it is in progress. The two short shapes
+/// matter: the client's parser costs about 1 400 instructions more for the array than
+/// for one value (callgrind, replay-redis).
+const RESERVE: &str = r"
 if current then
-  if string.sub(current, 1, 1) == 'C' then
-    return current
-  end
   return {now(), current}
 end
-local record = stamp(ARGV[1], ARGV[3], '1')
+local record, lease_end = stamp(ARGV[1], ARGV[3], '1')
 redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
-index(record, KEYS[1])
+index(record, KEYS[1], lease_end)
 return now()
 ";
 
@@ -143,54 +168,78 @@ local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 2, 33) ~= ARGV[1] then
   return 0
 end
-local record = stamp(ARGV[2], ARGV[6], ARGV[7])
+local record, lease_end = stamp(ARGV[2], ARGV[6], ARGV[7])
 if ARGV[7] ~= '1' then
   record = keep_sent(record, current)
 end
 redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
-index(record, KEYS[1])
+index(record, KEYS[1], lease_end)
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return 1
 ";
 
-/// `lease_field(record, name)`: a number field of an in-progress record's metadata
-/// line (`expires_at_ms`, the first field of its kind after the fixed 34-byte head, or
-/// `sent_at_ms`), or `nil` when the record is absent, completed, or lacks it.
+/// `digits(record, '"name":')`: the first and last byte of the number of the field `name`
+/// in the record's metadata line (from byte 35, before the first newline, where every
+/// string is JSON-escaped, so a key or header cannot fake a field), or `nil`.
+/// `lease_field(record, name)`: that number in an in-progress record (`expires_at_ms`,
+/// `sent_at_ms`), or `nil` when the record is absent, completed, or lacks it. Plain
+/// `string.find` (a `memchr` and a compare in C), not a Lua pattern tried at every byte.
 pub(super) const FIELD: &str = r#"
+local function digits(record, needle)
+  local s = string.find(record, needle, 35, true)
+  if not s then
+    return nil
+  end
+  local first = s + #needle
+  local _, last = string.find(record, '^%d+', first)
+  if not last then
+    return nil
+  end
+  local eol = string.find(record, '\n', 35, true)
+  if eol and eol < s then
+    return nil
+  end
+  return first, last
+end
 local function lease_field(record, name)
   if not record or string.sub(record, 1, 1) ~= 'P' then
     return nil
   end
-  return tonumber(string.match(record, '"' .. name .. '":(%d+)', 35))
+  local s, e = digits(record, '"' .. name .. '":')
+  return s and tonumber(string.sub(record, s, e))
 end
 "#;
 
-/// `index(record, name)`: keeps the entry of the record under `name` (the scripts'
-/// `KEYS[1]`) in the **open index** (see `keys.rs`
-/// `open_indexes`): the sorted set, beside the record and in its slot, of every record
-/// not completed, scored by its lease's end (negated for one resolved as not executed
-/// and waiting for its repeat), so operators list and count the unsettled intents
-/// without reading the completed ones (`listing.rs`, which also indexes an earlier
-/// release's records with it). `index(nil, name)` (or a completed record) removes the
-/// entry. The set's name is the record key with its 64 hex digits
-/// replaced by `open`; the member is those digits.
+/// `index(record, name, lease_end)`: keeps the entry of the record under `name` (the
+/// scripts' `KEYS[1]`) in the **open index** (see `keys.rs` `open_indexes`): the sorted
+/// set, beside the record and in its slot, of every record not completed, scored by its
+/// lease's end (negated for one resolved as not executed and waiting for its repeat), so
+/// operators list and count the unsettled intents without reading the completed ones
+/// (`listing.rs`, which also indexes an earlier release's records with it).
+/// `lease_end`, when given, is the end `stamp` just wrote into the record (no second
+/// search); `index(nil, name)` (or a completed record) removes the entry. The set's name
+/// is the record key with its 64 hex digits replaced by `open`; the member is those
+/// digits.
 pub(super) const INDEX: &str = r#"
-local function index(record, name)
+local function index(record, name, lease_end)
   local open = string.sub(name, 1, #name - 64) .. 'open'
   local member = string.sub(name, -64)
-  local lease_end = lease_field(record, 'expires_at_ms')
+  if not record or string.sub(record, 1, 1) ~= 'P' then
+    redis.call('ZREM', open, member)
+    return
+  end
+  lease_end = lease_end or lease_field(record, 'expires_at_ms')
   if not lease_end then
     redis.call('ZREM', open, member)
     return
   end
-  local eol = string.find(record, '\n', 35, true) or #record
   local settled = string.find(record, '"settled":"not_executed"', 35, true)
-  if settled and settled < eol then
+  if settled and settled < (string.find(record, '\n', 35, true) or #record) then
     lease_end = -lease_end
   end
-  redis.call('ZADD', open, lease_end, member)
+  redis.call('ZADD', open, string.format('%d', lease_end), member)
 end
 "#;
 
