@@ -37,24 +37,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
+from callgrind_redis import snapshot, used  # noqa: E402
 
 BODY = b'{"amount":100,"currency":"eur"}'
 # What a script may call: with scripts, only the scripts are round trips.
 SCRIPTS = ("eval", "evalsha", "fcall")
-
-
-def snapshot(redis):
-    """(cpu seconds, {command: (calls, usec)}) of `redis` now."""
-    cpu, stats = 0.0, {}
-    for line in redis.cli("INFO", "cpu").splitlines():
-        m = re.match(r"used_cpu_(?:sys|user):([\d.]+)", line)
-        if m:
-            cpu += float(m.group(1))
-    for line in redis.cli("INFO", "commandstats").splitlines():
-        m = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+)", line)
-        if m:
-            stats[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    return cpu, stats
 
 
 class CountedRedis(run.Redis):
@@ -147,24 +134,20 @@ def measure(redis, idle_rate, work, n):
     work()
     instructions = redis.instructions() / n if counted else 0
     after, elapsed = snapshot(redis), time.monotonic() - started
-    cpu = (after[0] - before[0] - idle_rate * elapsed) * 1e6 / n
-    calls = {}
-    usec = {}
-    for cmd, (c1, u1) in after[1].items():
-        c0, u0 = before[1].get(cmd, (0, 0))
-        if cmd in ("info",) or c1 == c0:
-            continue
-        calls[cmd] = (c1 - c0) / n
-        usec[cmd] = (u1 - u0) / n
+    stats, cpu_s = used(before, after)
+    cpu = (cpu_s - idle_rate * elapsed) * 1e6 / n
+    stats.pop("info", None)
+    calls = {cmd: c / n for cmd, (c, _) in stats.items()}
+    usec = {cmd: u / n for cmd, (_, u) in stats.items()}
     top = [c for c in calls if c in SCRIPTS] or list(calls)
     return cpu, sum(usec[c] for c in top), sum(calls[c] for c in top), calls, instructions
 
 
 def idle(redis, seconds=2.0):
     """Redis's CPU seconds per wall second with nothing sent (cron, health checks)."""
-    before = snapshot(redis)[0]
+    before = snapshot(redis)
     time.sleep(seconds)
-    return (snapshot(redis)[0] - before) / seconds
+    return used(before, snapshot(redis))[1] / seconds
 
 
 def main():

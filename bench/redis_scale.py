@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
+from callgrind_redis import snapshot  # noqa: E402
 
 ROOT = run.ROOT
 META = ('\n{"route":"charge","scope":"","key":"u-bench-0-000000","fingerprint":"' + "0" * 64
@@ -85,11 +86,11 @@ def main():
             redis.cli("FLUSHALL")
             redis.cli("SET", REPLAYED_KEY, COMPLETED)
             redis.cli("CONFIG", "RESETSTAT")
-            cpu0, t0 = cpu(redis), time.monotonic()
+            cpu0, t0 = snapshot(redis)[1], time.monotonic()
             subprocess.run(["redis-benchmark", "-p", str(redis.port), "-n", str(args.requests),
                             "-c", str(args.clients), *(["-r", "100000000"] if fresh else []),
                             *command], capture_output=True, check=True)
-            cpu1, t1 = cpu(redis), time.monotonic()
+            cpu1, t1 = snapshot(redis)[1], time.monotonic()
             per = (cpu1 - cpu0) * 1e6 / args.requests
             top = command[0].lower()
             usec = re.search(r"cmdstat_" + top + r":calls=\d+,usec=\d+,usec_per_call=([\d.]+)",
@@ -98,12 +99,6 @@ def main():
                   f"| {1e6 / per:,.0f} |")
     finally:
         redis.proc.stop()
-
-
-def cpu(redis):
-    """Redis's process CPU seconds so far (user + sys)."""
-    return sum(float(v) for v in re.findall(r"used_cpu_(?:sys|user):([\d.]+)",
-                                            redis.cli("INFO", "cpu")))
 
 
 if __name__ == "__main__":
