@@ -195,10 +195,7 @@ async fn the_gauges_count_every_unsettled_intent() {
         // Reading 12 000 records takes longer than the suite's 250 ms store timeout
         // on a loaded machine (it failed for 60 s under two parallel builds): what is
         // tested is the exact count, not the speed of the read.
-        backend.yaml().replace(
-            &format!("op_timeout: {}ms", support::store::OP_TIMEOUT.as_millis()),
-            "op_timeout: 5s"
-        )
+        support::store::with_op_timeout(&backend.yaml(), "5s")
     ))
     .await;
     let metrics = support::harness::admin_url(&idem, "/metrics");

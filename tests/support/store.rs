@@ -19,6 +19,18 @@ use super::redis_sentinel::RedisSentinelSet;
 /// The default `store.redis.op_timeout`.
 pub const OP_TIMEOUT: Duration = Duration::from_millis(250);
 
+/// A Redis backend's YAML (or `Env::base_yaml`'s) with the store timeout raised to
+/// `op_timeout`, for a test whose subject is not the store's speed (a read of many
+/// records, a race held behind a Redis pause) on a loaded machine.
+pub fn with_op_timeout(yaml: &str, op_timeout: &str) -> String {
+    let default = format!("op_timeout: {}ms", OP_TIMEOUT.as_millis());
+    assert!(
+        yaml.contains(&default),
+        "no default store timeout in {yaml}"
+    );
+    yaml.replace(&default, &format!("op_timeout: {op_timeout}"))
+}
+
 /// A store backend under test. `instance()` returns another handle on the same data:
 /// for Redis a separate `RedisStore` (its own connections and subscription, i.e. another
 /// replica), for memory a clone. `yaml()` is the `store:` section that points an idem

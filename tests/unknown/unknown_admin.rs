@@ -358,10 +358,7 @@ async fn only_an_unknown_outcome_is_resolved_and_only_once() {
     let env = Env::new(Backend::redis()).await;
     // Store operations wait out the 1 s Redis pause below rather than time out, so the
     // race does not depend on twenty requests arriving within a 250 ms timeout.
-    let slow_store = env.base_yaml("200ms").replace(
-        &format!("op_timeout: {}ms", support::store::OP_TIMEOUT.as_millis()),
-        "op_timeout: 5s",
-    );
+    let slow_store = support::store::with_op_timeout(&env.base_yaml("200ms"), "5s");
     let idem = support::harness::start(&format!("{slow_store}{ROUTES}")).await;
     let store = env.backend.instance().await;
     let completed = json!({"outcome": "completed", "status": 200});
