@@ -148,7 +148,8 @@ impl Proxy {
             Box::new(RequestTrace::start(
                 traces,
                 &parts.method,
-                (&policy.name, policy.path.as_str()),
+                &policy.name,
+                policy.path.as_str(),
                 &parts.headers,
             ))
         });

@@ -44,7 +44,8 @@ impl RequestTrace {
     pub fn start(
         traces: &Traces,
         method: &Method,
-        (route, template): (&str, &str),
+        route: &str,
+        template: &str,
         headers: &HeaderMap,
     ) -> RequestTrace {
         let parent = traces.propagator.extract(&HeaderExtractor(headers));
