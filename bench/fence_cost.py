@@ -8,8 +8,8 @@ sends each variant for every key, pipelined 500 at a time, reading Redis's own
 `usec_per_call` from `INFO commandstats` (command time only, no I/O):
 
 - `reserve`: idem's reservation, `SET k <record> NX GET PX <lease>`, on new keys;
-- `complete`: idem's fenced completion, `EVALSHA` of the `REPLACE_IF_OWNER` script read
-  from src/store/redis/scripts.rs (GET, compare the token, SET … PX);
+- `complete`: idem's fenced completion, `EVALSHA` of the `replace_if_owner` script as
+  src/store/redis/scripts.rs builds it (GET, compare the token, SET … PX);
 - `script call`: an `EVALSHA` with the same arguments that only returns 1 — what
   running any script costs;
 - `unfenced SET`: a plain `SET k <record> PX <retention>`, which would overwrite a
@@ -34,14 +34,24 @@ BATCH = 500
 
 
 def replace_if_owner_source():
-    """The Lua text of REPLACE_IF_OWNER, as idem sends it."""
+    """The Lua text of the fenced completion as idem sends it (`fenced` in
+    src/store/redis/scripts.rs): the helpers, one read of the record, the token guard
+    (the `replace_if_owner` row of crates/idem-fence), then the write."""
     path = os.path.join(run.ROOT, "src", "store", "redis", "scripts.rs")
     with open(path) as f:
         text = f.read()
-    m = re.search(r'REPLACE_IF_OWNER.*?r"(.*?)"', text, re.S)
-    if not m:
-        sys.exit(f"REPLACE_IF_OWNER not found in {path}")
-    return m.group(1)
+
+    def const(name):
+        m = re.search(r'const %s: &str = r(#?)"(.*?)"\1;' % name, text, re.S)
+        if not m:
+            sys.exit(f"{name} not found in {path}")
+        return m.group(2)
+
+    owner = re.search(r'Condition::Owner => \{\s*r"(.*?)"', text, re.S)
+    if not owner:
+        sys.exit(f"the Owner guard not found in {path}")
+    read = "local current = redis.call('GET', KEYS[1])\n"
+    return const("FIELD") + const("CLOCK") + const("INDEX") + read + owner.group(1) + const("REPLACE")
 
 
 def encode(*args):
@@ -111,9 +121,9 @@ def measure(redis, args):
     variants = [
         ("reserve", "set", lambda k: encode("SET", k, reservation, "NX", "GET", "PX", 60000)),
         ("complete", "evalsha",
-         lambda k: encode("EVALSHA", complete, 1, k, TOKEN, record, 86400000, "", "")),
+         lambda k: encode("EVALSHA", complete, 1, k, TOKEN, record, 86400000, "", "", "", "0", "")),
         ("script call", "evalsha",
-         lambda k: encode("EVALSHA", noop, 1, k, TOKEN, record, 86400000, "", "")),
+         lambda k: encode("EVALSHA", noop, 1, k, TOKEN, record, 86400000, "", "", "", "0", "")),
         ("unfenced SET", "set", lambda k: encode("SET", k, record, "PX", 86400000)),
     ]
     print(f"{args.records} keys, {args.record_bytes}-byte records; µs of Redis command "

@@ -36,6 +36,8 @@ pub mod upstream;
 
 pub use check::{explore, find, Report, Trace};
 pub use config::{Backend, Config, Mutant, OnUnknown, UpstreamKind};
+/// The fence table the model's store evaluates (`crates/idem-fence`).
+pub use idem_fence as fence;
 pub use model::IdemModel;
 pub use record::{Outcome, Record, Reserved, Resolution, Settled, Tick, Token};
 pub use store::{ModelStore, StoreBugs};

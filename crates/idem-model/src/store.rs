@@ -8,6 +8,8 @@
 //! only the model's "own clock" mutant passes a proxy's clock there (the bug the store
 //! clock fixes); every public operation uses [`ModelStore::clock`].
 
+use idem_fence::{refusal, Condition, Found, Write};
+
 use crate::record::{Outcome, Record, Reserved, Resolution, Settled, Tick, Token};
 
 /// Deliberate bugs in the store's guards, for the mutants that show the checker can
@@ -88,19 +90,17 @@ impl ModelStore {
         }
     }
 
-    /// Extend `token`'s lease to `clock + lease`. False if the record is not an attempt
-    /// carrying `token` (taken over, settled, completed or gone), or if its lease has
-    /// already ended: an owner back from a pause longer than its lease does not revive
-    /// an attempt others may have read as an unknown outcome (idem's `Store::renew`).
+    /// Extend `token`'s lease to `clock + lease` (`Write::Renew`): only while the record
+    /// is `token`'s attempt and its lease has not ended. An owner back from a pause
+    /// longer than its lease does not revive an attempt others may have read as an
+    /// unknown outcome (idem's `Store::renew`).
     pub fn renew(&mut self, token: Token) -> bool {
         self.renew_at(self.clock, token)
     }
 
     pub(crate) fn renew_at(&mut self, at: Tick, token: Token) -> bool {
-        if self.record.is_none_or(|r| r.lease_ended(at)) {
-            return false;
-        }
-        self.set_lease_end(token, at + self.lease)
+        let found = self.found(at, Some(token), None);
+        self.admits(Write::Renew, found) && self.set_lease_end(token, at + self.lease)
     }
 
     /// Moves the lease's end of `token`'s attempt to `end`, only while it is in progress.
@@ -118,10 +118,12 @@ impl ModelStore {
         }
     }
 
-    /// Store `outcome` as the record's completion, only while it carries `token`.
+    /// Store `outcome` as the record's completion (`Write::ReplaceIfOwner`): only while
+    /// it carries `token`.
     pub fn complete(&mut self, token: Token, outcome: Outcome) -> bool {
-        let owned = self.record.is_some_and(|r| r.token() == token);
-        if !owned && !self.bugs.complete_ignores_token {
+        let mut found = self.found(self.clock, Some(token), None);
+        found.owner |= self.bugs.complete_ignores_token;
+        if !self.admits(Write::ReplaceIfOwner, found) {
             return false;
         }
         self.record = Some(Record::Completed {
@@ -132,20 +134,25 @@ impl ModelStore {
         true
     }
 
-    /// Delete the record, only while it carries `token` (nothing was sent).
+    /// Delete the record (`Write::ReleaseIfOwner`): only while it carries `token`
+    /// (nothing was sent).
     pub fn release(&mut self, token: Token) -> bool {
-        if self.record.is_some_and(|r| r.token() == token) {
+        let found = self.found(self.clock, Some(token), None);
+        if self.admits(Write::ReleaseIfOwner, found) {
             self.record = None;
             return true;
         }
         false
     }
 
-    /// End `token`'s lease now, keeping the attempt as an unknown outcome: what an owner
-    /// that took over an unknown outcome does when its own send failed before reaching
-    /// the upstream (the key was sent before, so the record must remember `sent_at`).
+    /// End `token`'s lease now, keeping the attempt as an unknown outcome
+    /// (`Write::ReplaceIfOwner`): what an owner that took over an unknown outcome does
+    /// when its own send failed before reaching the upstream (the key was sent before,
+    /// so the record must remember `sent_at`). The owner only ever ends the lease of an
+    /// attempt in progress.
     pub fn end_lease(&mut self, token: Token) -> bool {
-        self.set_lease_end(token, self.clock)
+        let found = self.found(self.clock, Some(token), None);
+        self.admits(Write::ReplaceIfOwner, found) && self.set_lease_end(token, self.clock)
     }
 
     /// Take over the unknown outcome whose token the caller read (`seen`), to forward
@@ -175,9 +182,10 @@ impl ModelStore {
         else {
             return false;
         };
-        let not_executed = settled == Some(Settled::NotExecuted);
-        let within = window.is_none_or(|w| not_executed || at.saturating_sub(sent_at) < w);
-        if !within || !self.unknown_by(at, Some(seen), self.bugs.takeover_ignores_lease) {
+        // An attempt an operator settled as not executed: its token fences that read,
+        // whatever the window (the proxy passes none then).
+        let window = window.filter(|_| settled != Some(Settled::NotExecuted));
+        if !self.admits(Write::TakeOver, self.found_unknown(at, Some(seen), window)) {
             return false;
         }
         self.record = Some(self.attempt(at, token, sent_at, attempt));
@@ -191,7 +199,7 @@ impl ModelStore {
     }
 
     pub(crate) fn reconcile_at(&mut self, at: Tick, seen: Token, token: Token, o: Outcome) -> bool {
-        if !self.unknown_by(at, Some(seen), self.bugs.takeover_ignores_lease) {
+        if !self.admits(Write::TakeOver, self.found_unknown(at, Some(seen), None)) {
             return false;
         }
         self.record = Some(Record::Completed {
@@ -207,7 +215,7 @@ impl ModelStore {
     /// the next repeat takes it over and forwards it.
     pub fn resolve(&mut self, seen: Token, token: Token, resolution: Resolution) -> bool {
         let seen = (!self.bugs.resolve_ignores_token).then_some(seen);
-        if !self.unknown_by(self.clock, seen, false) {
+        if !self.admits(Write::TakeOver, self.found(self.clock, seen, None)) {
             return false;
         }
         self.record = Some(match (resolution, self.record) {
@@ -228,18 +236,20 @@ impl ModelStore {
                 attempt,
                 settled: Some(Settled::NotExecuted),
             },
-            (Resolution::NotExecuted, _) => unreachable!("unknown_by checked InProgress"),
+            (Resolution::NotExecuted, _) => unreachable!("the fence checked InProgress"),
         });
         true
     }
 
     /// A new attempt after a stored failure (`on_failure: retry`): a compare-and-swap
-    /// on the stored record's token; attempt + 1 (a new upstream key), `sent_at` now.
+    /// on the stored record's token (`Write::ReplaceIfOwner`), which the proxy sends only
+    /// for a stored failure; attempt + 1 (a new upstream key), `sent_at` now.
     pub fn new_attempt(&mut self, seen: Token, token: Token) -> bool {
+        let found = self.found(self.clock, Some(seen), None);
         match self.record {
-            Some(Record::Completed {
-                token: t, outcome, ..
-            }) if t == seen && !outcome.ok => {
+            Some(Record::Completed { outcome, .. })
+                if !outcome.ok && self.admits(Write::ReplaceIfOwner, found) =>
+            {
                 self.record =
                     Some(self.attempt(self.clock, token, self.clock, outcome.attempt + 1));
                 true
@@ -248,15 +258,45 @@ impl ModelStore {
         }
     }
 
-    /// The guard of every takeover: an attempt in progress, carrying `seen` (unless
-    /// `None`), whose lease has ended by `at` (unless `ignore_lease`).
-    fn unknown_by(&self, at: Tick, seen: Option<Token>, ignore_lease: bool) -> bool {
-        match self.record {
-            Some(r @ Record::InProgress { token, .. }) => {
-                seen.is_none_or(|s| s == token) && (ignore_lease || r.lease_ended(at))
-            }
-            _ => false,
+    /// The condition of `write`'s row in the fence table (`idem_fence::FENCES`) that
+    /// refuses it now for a writer holding `token` (`None`: whatever token), with a
+    /// takeover's `window`: the model-based test names it when a store disagrees.
+    pub fn refusal(
+        &self,
+        write: Write,
+        token: Option<Token>,
+        window: Option<Tick>,
+    ) -> Option<Condition> {
+        refusal(write, &self.found(self.clock, token, window))
+    }
+
+    fn admits(&self, write: Write, found: Found) -> bool {
+        refusal(write, &found).is_none()
+    }
+
+    /// What the store finds at `at` for a writer holding `token` (`None`: any), with a
+    /// takeover's key `window`.
+    fn found(&self, at: Tick, token: Option<Token>, window: Option<Tick>) -> Found {
+        let record = self.record;
+        let sent_at = match record {
+            Some(Record::InProgress { sent_at, .. }) => Some(sent_at),
+            _ => None,
+        };
+        Found {
+            owner: record.is_some_and(|r| token.is_none_or(|t| r.token() == t)),
+            in_progress: sent_at.is_some(),
+            lease_ended: record.is_some_and(|r| r.lease_ended(at)),
+            within_key_window: window
+                .is_none_or(|w| sent_at.is_some_and(|s| at.saturating_sub(s) < w)),
         }
+    }
+
+    /// As [`ModelStore::found`] for a takeover or a reconcile, with the mutant that
+    /// ignores the lease.
+    fn found_unknown(&self, at: Tick, seen: Option<Token>, window: Option<Tick>) -> Found {
+        let mut found = self.found(at, seen, window);
+        found.lease_ended |= self.bugs.takeover_ignores_lease;
+        found
     }
 
     fn attempt(&self, at: Tick, token: Token, sent_at: Tick, attempt: u8) -> Record {

@@ -11,6 +11,7 @@
 //! execute while the first call runs), so with only those left `reserve` fails `Full`.
 
 mod clock;
+mod fence;
 mod shard;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,7 +22,10 @@ use bytes::Bytes;
 use http::HeaderValue;
 use tokio::time::Instant;
 
+use idem_fence::Write;
+
 use self::clock::MonotonicClock;
+use self::fence::Claim;
 use self::shard::{Entry, Shard};
 use super::listing::Soonest;
 use super::task::AbortOnDrop;
@@ -125,7 +129,11 @@ impl MemoryStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        let replaced = self.fenced(key, owner, record, ttl, |_, _| true);
+        let claim = Claim {
+            owner,
+            window: None,
+        };
+        let replaced = self.fenced(key, Write::ReplaceIfOwner, &claim, record, ttl);
         if replaced && notify {
             self.shared.watchers.notify(key);
         }
@@ -143,11 +151,8 @@ impl MemoryStore {
         ttl: Duration,
         window: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        let taken = self.fenced(key, owner, record, ttl, |e, now_ms| {
-            let within = window
-                .is_none_or(|w| now_ms.saturating_sub(e.record.sent_at_ms) < w.as_millis() as u64);
-            e.record.lease_ended(now_ms) && within
-        });
+        let claim = Claim { owner, window };
+        let taken = self.fenced(key, Write::TakeOver, &claim, record, ttl);
         if taken {
             self.shared.watchers.notify(key);
         }
@@ -162,27 +167,30 @@ impl MemoryStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let live = |e: &Entry, now_ms| !e.record.is_completed() && !e.record.lease_ended(now_ms);
-        Ok(self.fenced(key, owner, record, ttl, live))
+        let claim = Claim {
+            owner,
+            window: None,
+        };
+        Ok(self.fenced(key, Write::Renew, &claim, record, ttl))
     }
 
-    /// Replace the record carrying `owner`'s token when `allowed` (given the store's
-    /// clock in ms) says so. The stored first send is kept unless this write is a first
+    /// Replace the live record when it passes `write`'s fence conditions (`fence.rs`)
+    /// on the store's clock. The stored first send is kept unless this write is a first
     /// send (SPEC §1 "One clock for every lease": `sent_at` is the store's, and a
     /// renewal or an ended lease carries the writer's estimate, off by its clock's skew).
     fn fenced(
         &self,
         key: &StoreKey,
-        owner: &Token,
+        write: Write,
+        claim: &Claim<'_>,
         record: &Record,
         ttl: Duration,
-        allowed: impl Fn(&Entry, u64) -> bool,
     ) -> bool {
         let mut shard = self.shared.shard(key);
         let now = Instant::now();
         let now_ms = self.shared.clock.at(now);
-        let owned = |e: &Entry| e.record.token == *owner && allowed(e, now_ms);
-        let Some(stored) = shard.get_live(key, now).filter(|e| owned(e)) else {
+        let admitted = |e: &&Entry| fence::admits(write, e, claim, now_ms);
+        let Some(stored) = shard.get_live(key, now).filter(admitted) else {
             return false;
         };
         let mut entry = self.shared.entry(record, now, ttl);
@@ -202,10 +210,15 @@ impl MemoryStore {
     ) -> Result<bool, StoreError> {
         {
             let mut shard = self.shared.shard(key);
-            if !shard
-                .get_live(key, Instant::now())
-                .is_some_and(|e| e.record.token == *owner)
-            {
+            let now = Instant::now();
+            let claim = Claim {
+                owner,
+                window: None,
+            };
+            let admitted = |e: &Entry| {
+                fence::admits(Write::ReleaseIfOwner, e, &claim, self.shared.clock.at(now))
+            };
+            if !shard.get_live(key, now).is_some_and(admitted) {
                 return Ok(false);
             }
             self.shared.remove(&mut shard, key);

@@ -17,6 +17,8 @@
 //! returned, never completed, and a reservation takes it over — so an expired record
 //! is never replayed even before the background purge deletes it.
 
+use idem_fence::{Condition, Write};
+
 /// `lease_until` from `$8` (milliseconds from now) for an in-progress record; none once
 /// completed. `sent_at` is now when `$9` says this is a first send, else kept.
 const LEASE_UNTIL_8: &str = "lease_until = CASE WHEN $3 = 'in_progress' \
@@ -34,15 +36,44 @@ fn clocks() -> String {
     format!("{}, {}, {}", ms("lease_until"), ms("sent_at"), ms("now()"))
 }
 
-/// `update` (and `condition`) with watchers notified once the change is committed.
-fn notifying(update: &str, condition: &str) -> String {
+/// `update` with watchers notified once the change is committed.
+fn notifying(update: &str) -> String {
     format!(
         "WITH changed AS (
-{update}{condition}
+{update}
 RETURNING key
 )
 SELECT pg_notify($10, encode(key, 'hex')) FROM changed"
     )
+}
+
+/// A fenced write's `WHERE` clause: the key, then one [`guard`] per condition of the
+/// write's row in `idem_fence::FENCES`.
+fn fence(write: Write) -> String {
+    let mut clause = String::from("key = $1");
+    for condition in write.requires() {
+        clause.push_str(" AND ");
+        clause.push_str(guard(*condition));
+    }
+    clause
+}
+
+/// How a statement checks one fence condition on the row, on the database's clock.
+/// `$2` is the token the writer holds (or read); `$11`, bound by `take_over` only, its
+/// key window in ms or NULL. Rows of versions before `lease_until` (NULL) keep their
+/// lease in `expires_at`, so neither lease condition holds for them: they are never
+/// taken over or renewed here; they expire, and a reservation takes them over.
+fn guard(condition: Condition) -> &'static str {
+    match condition {
+        // A row past its retention is absent for every statement.
+        Condition::Owner => "token = $2 AND expires_at > now()",
+        Condition::InProgress => "state = 'in_progress'",
+        Condition::LeaseEnded => "lease_until <= now()",
+        Condition::LeaseLive => "lease_until > now()",
+        Condition::WithinKeyWindow => {
+            "($11::int8 IS NULL OR sent_at > now() - $11::int8 * interval '1 millisecond')"
+        }
+    }
 }
 
 /// Rows deleted per purge statement: short transactions, short row locks.
@@ -74,12 +105,15 @@ impl Sql {
     pub(super) fn new(table: &str) -> Sql {
         let t = table;
         let clocks = clocks();
-        // The owner-fenced write every later statement shares.
-        let update = format!(
-            "UPDATE {t} SET state = $3, token = $4, attempt = $5,
+        // The write every fenced update shares; its `WHERE` is the write's [`fence`].
+        let update = |write: Write| {
+            format!(
+                "UPDATE {t} SET state = $3, token = $4, attempt = $5,
   expires_at = now() + $6::int8 * interval '1 millisecond', record = $7, {LEASE_UNTIL_8}
-WHERE key = $1 AND token = $2 AND expires_at > now()"
-        );
+WHERE {}",
+                fence(write)
+            )
+        };
         Sql {
             table: t.to_owned(),
             // One statement, one winner: the unique key lets exactly one INSERT through;
@@ -110,29 +144,20 @@ SELECT NULL::bytea, NULL::int8, NULL::int8, NULL::int8 FROM taken
 UNION ALL
 SELECT * FROM live"
             ),
-            replace: update.clone(),
+            replace: update(Write::ReplaceIfOwner),
             // NOTIFY is transactional: watchers hear of the change once it is committed.
-            replace_notify: notifying(&update, ""),
-            // As `replace_notify`, only on an attempt whose lease has ended by the
-            // database's clock: taking over an unknown outcome, or settling it. A
-            // renewal that committed first moved `lease_until` and refuses this. Rows
-            // of versions before `lease_until` (NULL) keep their lease in `expires_at`,
-            // so they are never taken over here: they expire, and a reservation takes
-            // them over as it always did.
-            // `$11`, when not NULL, is `upstream_key_window` in ms: the attempt's first
-            // send must be younger than it, on the same clock.
-            take_over: notifying(
-                &update,
-                " AND state = 'in_progress' AND lease_until <= now()
-  AND ($11::int8 IS NULL OR sent_at > now() - $11::int8 * interval '1 millisecond')",
-            ),
+            replace_notify: notifying(&update(Write::ReplaceIfOwner)),
+            // Taking over an unknown outcome, or settling it: a renewal that committed
+            // first moved `lease_until` and refuses this.
+            take_over: notifying(&update(Write::TakeOver)),
             // A renewal: only while the lease has not ended (never revived after it).
-            renew: format!("{update} AND state = 'in_progress' AND lease_until > now()"),
+            renew: update(Write::Renew),
             release: format!(
                 "WITH gone AS (
-  DELETE FROM {t} WHERE key = $1 AND token = $2 AND expires_at > now() RETURNING key
+  DELETE FROM {t} WHERE {} RETURNING key
 )
-SELECT pg_notify($3, encode(key, 'hex')) FROM gone"
+SELECT pg_notify($3, encode(key, 'hex')) FROM gone",
+                fence(Write::ReleaseIfOwner)
             ),
             // The row's own end last (read only by the admin's `get_with_life`).
             get: format!(

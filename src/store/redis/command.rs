@@ -24,7 +24,7 @@ impl ToRedisArgs for Encoded<'_> {
 }
 
 /// The most arguments a fenced script call has: `EVALSHA`, its hash, the key count, the
-/// store key and the eight `ARGV` of `REPLACE_IF_OWNER` (see `scripts.rs`).
+/// store key and the eight `ARGV` of the fenced writes (`REPLACE` in `scripts.rs`).
 const MAX_ARGS: usize = 12;
 
 /// `name`, to which the caller appends the arguments. When one of them is `carries`, the

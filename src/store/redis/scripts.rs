@@ -22,6 +22,7 @@
 
 use std::sync::LazyLock;
 
+use idem_fence::{Condition, Write};
 use redis::Script;
 
 /// The scripts, for one way of publishing.
@@ -52,15 +53,80 @@ impl Scripts {
         };
         Scripts {
             reserve: script(&format!("{REPLAYED}{FIELD}{CLOCK}{INDEX}{RESERVE}")),
-            replace_if_owner: script(&format!("{FIELD}{CLOCK}{INDEX}{REPLACE_IF_OWNER}")),
-            take_over: script(&format!(
-                "{FIELD}{CLOCK}{INDEX}{LEASE_ENDED}{REPLACE_IF_OWNER}"
-            )),
-            renew: script(&format!(
-                "{FIELD}{CLOCK}{INDEX}{LEASE_LIVE}{REPLACE_IF_OWNER}"
-            )),
-            release_if_owner: script(&format!("{FIELD}{INDEX}{RELEASE_IF_OWNER}")),
+            replace_if_owner: script(&fenced(Write::ReplaceIfOwner, REPLACE)),
+            take_over: script(&fenced(Write::TakeOver, REPLACE)),
+            renew: script(&fenced(Write::Renew, REPLACE)),
+            release_if_owner: script(&fenced(Write::ReleaseIfOwner, RELEASE)),
             delete: script(&format!("{FIELD}{INDEX}{DELETE}")),
+        }
+    }
+}
+
+/// A fenced write's script: read the record once into `current`, check each condition
+/// of the write's row in `idem_fence::FENCES` (one [`guard`] each, in the table's
+/// order), then `body`. The helpers come first; `CLOCK` only where a condition or the
+/// write reads the server's clock (a release never does).
+fn fenced(write: Write, body: &str) -> String {
+    let requires = write.requires();
+    let clock = write != Write::ReleaseIfOwner || requires.iter().any(|c| c.reads_clock());
+    let mut source = String::from(FIELD);
+    if clock {
+        source.push_str(CLOCK);
+    }
+    source.push_str(INDEX);
+    source.push_str("local current = redis.call('GET', KEYS[1])\n");
+    for condition in requires {
+        source.push_str(guard(*condition));
+    }
+    source.push_str(body);
+    source
+}
+
+/// How a script checks one fence condition on `current` (the stored record, or `nil`),
+/// on the server's clock: `return 0` (refused) when it fails. Each is a block of its
+/// own, so a row can hold any of them in any order. `ARGV[1]` is the token the writer
+/// holds (or read); `ARGV[8]` a takeover's key window in ms, or `""`.
+fn guard(condition: Condition) -> &'static str {
+    match condition {
+        // Bytes 2..=33 of a record are its token in hex (see `store::record`).
+        Condition::Owner => {
+            r"if not current or string.sub(current, 2, 33) ~= ARGV[1] then
+  return 0
+end
+"
+        }
+        Condition::InProgress => {
+            r"if not current or string.sub(current, 1, 1) ~= 'P' then
+  return 0
+end
+"
+        }
+        Condition::LeaseEnded => {
+            r"do
+  local lease_end = lease_field(current, 'expires_at_ms')
+  if not lease_end or lease_end > now() then
+    return 0
+  end
+end
+"
+        }
+        Condition::LeaseLive => {
+            r"do
+  local lease_end = lease_field(current, 'expires_at_ms')
+  if not lease_end or lease_end <= now() then
+    return 0
+  end
+end
+"
+        }
+        Condition::WithinKeyWindow => {
+            r"if ARGV[8] ~= '' then
+  local sent_at = lease_field(current, 'sent_at_ms')
+  if not sent_at or now() - sent_at >= tonumber(ARGV[8]) then
+    return 0
+  end
+end
+"
         }
     }
 }
@@ -155,20 +221,16 @@ index(record, KEYS[1], lease_end)
 return now()
 ";
 
+/// The write of `replace_if_owner`, `take_over` and `renew`, once their guards passed:
 /// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` new record; `ARGV[3]` TTL
 /// in ms; `ARGV[4]` channel to notify, or `""` for a silent write (lease renewal);
 /// `ARGV[5]` message (the hex store key); `ARGV[6]` the new lease in ms, or `""` for a
 /// completed record (its life is the key's TTL); `ARGV[7]` `"1"` when this is a first
 /// send (`sent_at_ms` stamped, else the stored one kept: the writer's copy holds its
 /// own clock's estimate, and a renewal or an ended lease under clock skew would move the
-/// key window); `ARGV[8]` the key window of a takeover (see `LEASE_ENDED`). Returns 1 if
-/// replaced, 0 if not the owner.
-const REPLACE_IF_OWNER: &str = r"
-local current = redis.call('GET', KEYS[1])
-if not current or string.sub(current, 2, 33) ~= ARGV[1] then
-  return 0
-end
-local record, lease_end = stamp(ARGV[2], ARGV[6], ARGV[7])
+/// key window); `ARGV[8]` the key window of a takeover (see [`guard`]). Returns 1 if
+/// replaced (0, from a guard, if refused).
+const REPLACE: &str = r"local record, lease_end = stamp(ARGV[2], ARGV[6], ARGV[7])
 if ARGV[7] ~= '1' then
   record = keep_sent(record, current)
 end
@@ -243,42 +305,10 @@ local function index(record, name, lease_end)
 end
 "#;
 
-/// Put before `REPLACE_IF_OWNER` for the takeover: only while the record is an attempt
-/// whose lease has ended by the server's clock — taking over an unknown outcome, or
-/// settling it. A renewal that landed first (the owner came back) moves the lease's end
-/// and refuses this. `ARGV[8]`, when not `""`, is `upstream_key_window` in ms: the
-/// attempt's first send must be younger than it, on the same clock.
-const LEASE_ENDED: &str = r#"
-local record = redis.call('GET', KEYS[1])
-local lease_end = lease_field(record, 'expires_at_ms')
-if not lease_end or lease_end > now() then
-  return 0
-end
-if ARGV[8] ~= '' then
-  local sent_at = lease_field(record, 'sent_at_ms')
-  if not sent_at or now() - sent_at >= tonumber(ARGV[8]) then
-    return 0
-  end
-end
-"#;
-
-/// Put before `REPLACE_IF_OWNER` for a renewal: only while the attempt's lease has not
-/// ended by the server's clock (an owner back from a long pause does not revive it).
-const LEASE_LIVE: &str = r#"
-local lease_end = lease_field(redis.call('GET', KEYS[1]), 'expires_at_ms')
-if not lease_end or lease_end <= now() then
-  return 0
-end
-"#;
-
-/// `KEYS[1]` store key; `ARGV[1]` owner token hex; `ARGV[2]` channel; `ARGV[3]`
-/// message. Returns 1 if deleted (and published), 0 if not the owner.
-const RELEASE_IF_OWNER: &str = r"
-local current = redis.call('GET', KEYS[1])
-if not current or string.sub(current, 2, 33) ~= ARGV[1] then
-  return 0
-end
-redis.call('DEL', KEYS[1])
+/// The write of `release_if_owner`, once its guard passed: `KEYS[1]` store key;
+/// `ARGV[1]` owner token hex; `ARGV[2]` channel; `ARGV[3]` message. Returns 1 if
+/// deleted (and published).
+const RELEASE: &str = r"redis.call('DEL', KEYS[1])
 index(nil, KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1

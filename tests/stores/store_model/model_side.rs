@@ -1,6 +1,7 @@
 //! An operation applied to the model's store ([`idem_model::ModelStore`]), with the
 //! model's books of who holds which attempt.
 
+use idem_model::fence::Write;
 use idem_model::{Outcome, Record, Reserved, Resolution as ModelResolution, Settled, Token};
 
 use super::ops::{Op, Proxy, Resolution, Seen};
@@ -69,6 +70,45 @@ impl World<'_> {
             Op::Resolve(k, resolution) => self.model_resolve(k, resolution, token, now),
             Op::Get(k) => Answer::Read(of_model(self.model[k].record(), now, &self.names)),
         }
+    }
+
+    /// The row of the fence table (`idem_fence::FENCES`, docs/reliability.md "The fence
+    /// conditions") that `op` writes under, and the model's verdict on it before the
+    /// write: what a store that disagrees got wrong. `None` for what is not a fenced write.
+    pub fn fence_verdict(&self, op: Op) -> Option<String> {
+        let mine = |p: Proxy, k: usize| self.model_attempts[p.index()][k].unwrap_or(STRANGER);
+        let (k, write, token, window) = match op {
+            Op::Complete(p, k, _) | Op::EndLease(p, k) => {
+                (k, Write::ReplaceIfOwner, Some(mine(p, k).token), None)
+            }
+            Op::Renew(p, k) => (k, Write::Renew, Some(mine(p, k).token), None),
+            Op::Release(p, k) => (k, Write::ReleaseIfOwner, Some(mine(p, k).token), None),
+            Op::TakeOver(_, k, seen, window) => {
+                let settled = match self.model[k].record() {
+                    Some(Record::InProgress { settled, .. }) => settled,
+                    _ => None,
+                };
+                let window = window
+                    .map(u64::from)
+                    .filter(|_| settled != Some(Settled::NotExecuted));
+                (k, Write::TakeOver, Some(self.model_seen(k, seen)), window)
+            }
+            Op::Resolve(k, _) => {
+                let read = self.model[k].record().map_or(NOBODY, |r| r.token());
+                (k, Write::TakeOver, Some(read), None)
+            }
+            Op::Tick(_) | Op::Reserve(..) | Op::Get(_) => return None,
+        };
+        let verdict = match self.model[k].refusal(write, token, window) {
+            None => "admits it".to_owned(),
+            Some(condition) => format!("refuses it: `{}` fails", condition.name()),
+        };
+        let row: Vec<&str> = write.requires().iter().map(|c| c.name()).collect();
+        Some(format!(
+            "fence `{}` (requires {}): the table {verdict}",
+            write.name(),
+            row.join(", ")
+        ))
     }
 
     /// The token a takeover by a duplicate that read `seen` carries.

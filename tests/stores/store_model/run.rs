@@ -73,6 +73,7 @@ async fn run(
             let _ = writeln!(transcript, "{step:3}. {op} (tick {})", world.clock.now());
             continue;
         }
+        let fence = world.fence_verdict(op);
         let issued = issue(&mut world, op);
         let name = issued.as_ref().map(|(n, _)| n.clone());
         let model = world.on_model(op, issued.as_ref());
@@ -105,6 +106,9 @@ async fn run(
                 "     {k} held: model {} | store {}",
                 held.0, held.1
             );
+        }
+        if let Some(fence) = fence.filter(|_| !agree) {
+            let _ = writeln!(transcript, "     {fence}");
         }
         if !agree {
             return Ok(Ended::Differs(format!(
