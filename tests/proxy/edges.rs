@@ -1,4 +1,5 @@
-//! Safe at every edge, second round (issue 46), each against idem running for real:
+//! Safe at every edge, second round (issue 46), each against the idem binary (§3 in
+//! `edges_http2.rs`, §5 in `edges_memory.rs`):
 //! - §1 with `store.encryption`, a record in clear (a store writer without the key) is
 //!   409 `record_unreadable`, unless `accept_unsealed_until` dates it from before; a
 //!   replay never carries the credential headers, whatever the record holds;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use support::env::{Backend, Env};
-use support::harness::{self, metric_sum, post, send, url, IdemProcess};
+use support::harness::{metric_sum, post, send, IdemProcess};
 use support::upstream::MockUpstream;
 
 const VICTIM: &str = "Bearer victim-t0ken";
@@ -182,9 +183,9 @@ async fn a_strangers_refused_call_does_not_lock_the_owner_out() {
         "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
         upstream.url()
     );
-    let idem = harness::start(&yaml).await;
+    let idem = IdemProcess::spawn(&yaml).await;
     for (n, status) in ["401", "403", "407"].into_iter().enumerate() {
-        let u = url(&idem, &format!("/invoices/inv_{n}/charge"));
+        let u = idem.url(&format!("/invoices/inv_{n}/charge"));
         let stranger = post(
             &u,
             &[("authorization", THIEF), ("x-mock-status", status)],
@@ -214,8 +215,8 @@ async fn path_variants_of_a_protected_route_are_protected() {
          \x20 - name: refund\n    path: /refunds/{{id}}\n    path_case: insensitive\n    key: \"refund:{{path.id}}\"\n",
         upstream.url()
     );
-    let idem = harness::start(&yaml).await;
-    let first = post(&url(&idem, "/invoices/X/charge/"), &[], "{}").await;
+    let idem = IdemProcess::spawn(&yaml).await;
+    let first = post(&idem.url("/invoices/X/charge/"), &[], "{}").await;
     assert_eq!(first.status, 201, "{}", first.text());
     for path in [
         "/invoices/X/charge",
@@ -225,7 +226,7 @@ async fn path_variants_of_a_protected_route_are_protected() {
         "/invoices/X/ch%61rge",
         "/%69nvoices/X/charge/",
     ] {
-        let r = post(&url(&idem, path), &[], "{}").await;
+        let r = post(&idem.url(path), &[], "{}").await;
         assert!(r.replayed(), "{path}: {} {}", r.status, r.text());
         assert_eq!(r.body, first.body, "{path}");
     }
@@ -235,12 +236,12 @@ async fn path_variants_of_a_protected_route_are_protected() {
     assert_eq!(received[0].path, "/invoices/X/charge/", "forwarded as sent");
 
     // Case is significant by default: another path, passed through (not protected).
-    let upper = post(&url(&idem, "/INVOICES/X/charge"), &[], "{}").await;
+    let upper = post(&idem.url("/INVOICES/X/charge"), &[], "{}").await;
     assert!(!upper.replayed());
     // … unless the route says otherwise.
-    let refund = post(&url(&idem, "/refunds/r1"), &[], "{}").await;
+    let refund = post(&idem.url("/refunds/r1"), &[], "{}").await;
     assert_eq!(refund.status, 201);
-    let shouted = post(&url(&idem, "/REFUNDS/r1/"), &[], "{}").await;
+    let shouted = post(&idem.url("/REFUNDS/r1/"), &[], "{}").await;
     assert!(shouted.replayed(), "{}", shouted.text());
     assert_eq!(upstream.executions("refund:r1"), 1);
 }
@@ -287,7 +288,7 @@ async fn a_body_with_a_duplicate_member_is_refused_before_any_reservation() {
          \x20 - name: note\n    path: /notes/{{id}}\n    key: \"note:{{path.id}}\"\n    fingerprint: [method, path]\n",
         upstream.url()
     );
-    let idem = harness::start(&yaml).await;
+    let idem = IdemProcess::spawn(&yaml).await;
     for (path, body) in [
         ("/invoices/inv_1/charge", r#"{"amount":100,"amount":1}"#),
         (
@@ -296,7 +297,7 @@ async fn a_body_with_a_duplicate_member_is_refused_before_any_reservation() {
         ),
         ("/tickets", r#"{"customerId":"c1","customerId":"c2"}"#),
     ] {
-        let r = post(&url(&idem, path), &[], body).await;
+        let r = post(&idem.url(path), &[], body).await;
         assert_eq!(r.status, 400, "{body}: {}", r.text());
         assert_eq!(r.code(), "invalid_body", "{body}");
         assert!(r.json()["detail"].as_str().unwrap().contains("twice"));
@@ -304,16 +305,16 @@ async fn a_body_with_a_duplicate_member_is_refused_before_any_reservation() {
     assert_eq!(upstream.total_executions(), 0);
     // Nothing was reserved: the unambiguous request runs (not a 409 or a 422).
     let ok = post(
-        &url(&idem, "/invoices/inv_1/charge"),
+        &idem.url("/invoices/inv_1/charge"),
         &[],
         r#"{"amount":100}"#,
     )
     .await;
     assert_eq!(ok.status, 201, "{}", ok.text());
-    let ok = post(&url(&idem, "/tickets"), &[], r#"{"customerId":"c1"}"#).await;
+    let ok = post(&idem.url("/tickets"), &[], r#"{"customerId":"c1"}"#).await;
     assert_eq!(ok.status, 201, "{}", ok.text());
     // A route that reads neither key nor fingerprint from the body does not parse it.
-    let note = post(&url(&idem, "/notes/n1"), &[], r#"{"a":1,"a":2}"#).await;
+    let note = post(&idem.url("/notes/n1"), &[], r#"{"a":1,"a":2}"#).await;
     assert_eq!(note.status, 201, "{}", note.text());
 }
 
@@ -339,8 +340,8 @@ async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
         "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{MCP}",
         upstream.url()
     );
-    let idem = harness::start(&yaml).await;
-    let u = url(&idem, "/mcp");
+    let idem = IdemProcess::spawn(&yaml).await;
+    let u = idem.url("/mcp");
     let json = [("content-type", "application/json")];
     for headers in [
         [("mcp-method", "tools/call"), ("mcp-name", "lookup")],
@@ -389,219 +390,4 @@ async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
     let r = post(&u, &agreeing, &mcp_call("8", "lookup")).await;
     assert_ne!(r.status, 400, "{}", r.text());
     assert_eq!(upstream.received().len(), 1);
-}
-
-// === §3 idle HTTP/2, the admin listener, server.http2 ===
-
-/// An h2c client connection (prior knowledge) to `addr`: the request sender and
-/// whether the connection has ended, once it has.
-async fn h2c(
-    addr: std::net::SocketAddr,
-) -> Result<
-    (
-        hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
-        tokio::task::JoinHandle<()>,
-    ),
-    String,
-> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let io = hyper_util::rt::TokioIo::new(tcp);
-    let handshake = hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io);
-    let (sender, conn) = tokio::time::timeout(ANSWER_WITHIN, handshake)
-        .await
-        .expect("the HTTP/2 handshake neither completed nor failed")
-        .map_err(|e| e.to_string())?;
-    let ended = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok((sender, ended))
-}
-
-async fn h2_get(
-    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
-    uri: &str,
-) -> Result<u16, String> {
-    let req = http::Request::get(uri)
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    // A server that neither answers nor closes would hang the test (and CI) for ever:
-    // that is a failure, never a refusal.
-    let r = tokio::time::timeout(ANSWER_WITHIN, sender.send_request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{uri}: no answer and no close within {ANSWER_WITHIN:?}"))
-        .map_err(|e| e.to_string())?;
-    Ok(r.status().as_u16())
-}
-
-/// How long an h2c exchange may take before the test fails instead of waiting.
-const ANSWER_WITHIN: Duration = Duration::from_secs(15);
-
-/// An h2c connection with no open stream is closed after `header_read_timeout`, both
-/// before its first request and after its last (the client answers pings and settings
-/// as any HTTP/2 client does, so only idleness ends it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_http2_connections_are_closed() {
-    let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  header_read_timeout: 1s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = harness::start(&yaml).await;
-    let within = Duration::from_secs(5);
-    // Preface, then no request.
-    let (_sender, ended) = h2c(idem.addr).await.unwrap();
-    let started = std::time::Instant::now();
-    tokio::time::timeout(within, ended)
-        .await
-        .expect("an idle h2c connection is closed")
-        .unwrap();
-    assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "{:?}",
-        started.elapsed()
-    );
-    // A request, then idle.
-    let (mut sender, ended) = h2c(idem.addr).await.unwrap();
-    let u = url(&idem, "/status");
-    assert_eq!(h2_get(&mut sender, &u).await.unwrap(), 201);
-    tokio::time::timeout(within, ended)
-        .await
-        .expect("closed once idle after its last request")
-        .unwrap();
-    assert!(sender
-        .send_request(http::Request::get(&u).body(Default::default()).unwrap())
-        .await
-        .is_err());
-}
-
-/// The admin listener speaks HTTP/1.1 only; `server.http2: false` turns h2c off on the
-/// main listener, whose HTTP/1.1 keeps working.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_listener_and_http2_off_refuse_h2c() {
-    let upstream = MockUpstream::start().await;
-    let base = format!(
-        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let on = harness::start(&base).await;
-    let healthz = harness::admin_url(&on, "/healthz");
-    let refused = match h2c(on.admin_addr).await {
-        Ok((mut sender, _)) => h2_get(&mut sender, &healthz).await.is_err(),
-        Err(_) => true,
-    };
-    assert!(refused, "h2c on the admin listener");
-    assert_eq!(send("GET", &healthz, &[], "").await.status, 200);
-    let (mut sender, _) = h2c(on.addr).await.unwrap();
-    assert_eq!(
-        h2_get(&mut sender, &url(&on, "/status")).await.unwrap(),
-        201
-    );
-
-    let off = harness::start(&format!("server:\n  http2: false\n{base}")).await;
-    let u = url(&off, "/status");
-    let refused = match h2c(off.addr).await {
-        Ok((mut sender, _)) => h2_get(&mut sender, &u).await.is_err(),
-        Err(_) => true,
-    };
-    assert!(refused, "h2c with server.http2: false");
-    assert_eq!(send("GET", &u, &[], "").await.status, 201);
-}
-
-// === §5 memory held by buffered bodies ===
-
-/// `server.max_buffered_bytes` bounds the bodies held at once: while stalled bodies
-/// hold the budget, a new protected request is 503 `overloaded` with `Retry-After`
-/// (counted), nothing reserved; `server.body_read_timeout` ends a stalled body, which
-/// gives its share back, and the same request then runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn buffered_bodies_share_one_budget() {
-    use tokio::io::AsyncWriteExt;
-    let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  max_buffered_bytes: 2KiB\n  body_read_timeout: 2s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = harness::start(&yaml).await;
-    // Two stalled bodies of 1000 declared bytes: 100 sent, the rest never.
-    let mut stalled = Vec::new();
-    for n in 0..2 {
-        let mut s = tokio::net::TcpStream::connect(idem.addr).await.unwrap();
-        let head = format!(
-            "POST /invoices/stall_{n}/charge HTTP/1.1\r\nhost: idem\r\ncontent-length: 1000\r\n\r\n{}",
-            "x".repeat(100)
-        );
-        s.write_all(head.as_bytes()).await.unwrap();
-        stalled.push(s);
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let u = url(&idem, "/invoices/inv_1/charge");
-    let body = format!("{{\"pad\":\"{}\"}}", "y".repeat(100));
-    let r = post(&u, &[], &body).await;
-    assert_eq!(r.status, 503, "{}", r.text());
-    assert_eq!(r.code(), "overloaded");
-    assert_eq!(r.header("retry-after"), Some("1"));
-    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "")
-        .await
-        .text();
-    assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 1.0, "{m}");
-    assert_eq!(upstream.total_executions(), 0);
-    // The stalled bodies end at body_read_timeout; their share comes back.
-    support::poll::eventually(Duration::from_secs(10), "budget back", async || {
-        post(&u, &[], &body).await.status == 201
-    })
-    .await;
-    assert_eq!(upstream.executions("charge:inv_1"), 1);
-    drop(stalled);
-}
-
-/// `server.body_read_timeout` longer than `upstream.timeout` is refused by `idem check`.
-#[test]
-fn a_body_read_timeout_longer_than_the_upstreams_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("idem.yaml");
-    let yaml = format!(
-        "server:\n  body_read_timeout: 40s\n  max_buffered_bytes: 64MiB\nupstream:\n  url: http://127.0.0.1:3000\n  timeout: 30s\ndefault: reject\n{CHARGE}"
-    );
-    std::fs::write(&file, yaml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["check", "--config", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(64), "{out:?}");
-    let text =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("server.body_read_timeout"), "{text}");
-}
-
-/// Stored responses do not hold the budget: the memory store keeps a record's body for
-/// its retention, and the budget is for bodies in flight. Many intents whose answers
-/// together exceed `max_buffered_bytes` all run, store and replay.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stored_responses_do_not_hold_the_budget() {
-    let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  max_buffered_bytes: 2KiB\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = harness::start(&yaml).await;
-    let big = [("x-mock-body-bytes", "600")];
-    for n in 0..10 {
-        let u = url(&idem, &format!("/invoices/big_{n}/charge"));
-        let first = post(&u, &big, "{}").await;
-        assert_eq!(first.status, 201, "{n}: {}", first.text());
-        let again = post(&u, &big, "{}").await;
-        assert!(again.replayed(), "{n}: {} {}", again.status, again.text());
-        assert_eq!(again.body.len(), 600);
-    }
-    let m = send("GET", &harness::admin_url(&idem, "/metrics"), &[], "")
-        .await
-        .text();
-    assert_eq!(
-        metric_sum(&m, "idem_overloaded_responses_total"),
-        0.0,
-        "{m}"
-    );
-    assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 0.0, "{m}");
 }

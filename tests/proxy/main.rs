@@ -9,6 +9,8 @@ mod support;
 mod caller_gone;
 mod config_files;
 mod edges;
+mod edges_http2;
+mod edges_memory;
 mod flow;
 mod hostile;
 mod keys;
