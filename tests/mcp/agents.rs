@@ -103,43 +103,55 @@ async fn dbos_recovery_gets_the_charge_made_before_the_crash() {
     assert_eq!(upstream.total_executions(), 2);
 }
 
-/// LangGraph (SqliteSaver), killed in the charging node at the two timings of the issue:
-/// before the previous step's checkpoint was written (`durability=exit`: the resume
-/// re-runs that step, and the node gets a new task id) and after it (`sync`: the same
-/// task id). Thread + step + node + call index is the same intent either way.
+/// LangGraph (SqliteSaver, graph `prompt → plan → charge`), killed in `charge` right
+/// after the charge answered, at the two timings of the issue. Early: `plan`'s checkpoint
+/// was never written (`LOSE_PLAN_CHECKPOINT=1`: `prompt` checkpointed with durability
+/// sync, the rest with exit), so the resume starts from `prompt`'s checkpoint, asks the
+/// model again (a new call id, a reworded note) and `charge` gets a new task id. Late:
+/// every step checkpointed (sync), the resume re-runs `charge` alone, same task id. Either
+/// way thread, step and node are the same, and so is the intent: one charge, replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langgraph_resume_from_the_checkpoint_gets_the_charge_at_both_kill_timings() {
     let upstream = MockUpstream::start().await;
     let idem = idem_for("langgraph", &upstream).await;
-    for (n, durability) in ["exit", "sync"].into_iter().enumerate() {
+    for (n, timing) in ["early", "late"].into_iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
-        let thread = format!("thread-{durability}");
+        let thread = format!("thread-{timing}");
         let agent = || {
             let mut cmd = python_agent(
                 "langgraph/agent.py",
                 dir.path(),
                 &[thread.as_str(), ONE_CHARGE],
             );
-            cmd.env("IDEM_URL", base(&idem))
-                .env("LANGGRAPH_DURABILITY", durability);
+            cmd.env("IDEM_URL", base(&idem)).env(
+                "LOSE_PLAN_CHECKPOINT",
+                if timing == "early" { "1" } else { "0" },
+            );
             cmd
         };
         let first = crash_after_charge(agent()).await;
-        assert_eq!(first["intent"], format!("{thread}:2:charge:0"));
+        assert_eq!(first["intent"], format!("{thread}:3:charge:0"), "{timing}");
         assert_eq!(upstream.total_executions(), n as u64 + 1);
-        let resumed = finish(agent()).await;
+        let mut resume = agent();
+        resume.env("REWORD", "1");
+        let resumed = finish(resume).await;
         let resumed = &resumed["results"][0];
         assert_replay_of(resumed, &first);
         assert_eq!(
             upstream.total_executions(),
             n as u64 + 1,
-            "{durability}: charged again on resume"
+            "{timing}: charged again on resume"
         );
         // Why the task id is not the key: it changes when the resume starts earlier.
-        if durability == "exit" {
-            assert_ne!(resumed["task_id"], first["task_id"], "{durability}");
+        if timing == "early" {
+            assert_ne!(resumed["task_id"], first["task_id"], "{timing}");
+            assert_ne!(
+                resumed["note"], first["note"],
+                "the model was not asked again"
+            );
         } else {
-            assert_eq!(resumed["task_id"], first["task_id"], "{durability}");
+            assert_eq!(resumed["task_id"], first["task_id"], "{timing}");
+            assert_eq!(resumed["note"], first["note"], "{timing}");
         }
     }
 }
@@ -196,13 +208,42 @@ async fn openai_agents_rerun_with_the_run_id_gets_the_charge_made_before_the_cra
     assert_eq!(upstream.total_executions(), 1);
 }
 
-/// OpenAI Agents SDK: two runs whose model calls its (different) charge `call_0` both
-/// execute. (Within one run the SDK 0.24 refuses a reused call id itself.)
+/// OpenAI Agents SDK: within one run, the model gives its second charge (another invoice,
+/// in the next response) the call id of the first, `call_0`, as Gemini numbers its calls
+/// anew in each response. The SDK 0.24 refuses it before the second tool runs
+/// (`ModelBehaviorError`: "reused a completed tool call ID for a different invocation"):
+/// the first charge executed once, the second never ran, so it cannot have got the
+/// first's result. Across runs nothing refuses `call_0`; the run id keeps them apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_agents_two_intents_with_one_call_id_both_run() {
+async fn openai_agents_two_intents_with_one_call_id_in_one_run_are_refused_by_the_sdk() {
     let upstream = MockUpstream::start().await;
     let idem = idem_for("openai_agents", &upstream).await;
     let dir = tempfile::tempdir().unwrap();
+    let charges = json!([
+        {"customer": "cus_1", "amount": 500, "invoice": "inv_a"},
+        {"customer": "cus_2", "amount": 700, "invoice": "inv_b"},
+    ])
+    .to_string();
+    let mut one_run = python_agent("openai_agents/agent.py", dir.path(), &["run-s", &charges]);
+    one_run
+        .env("IDEM_URL", base(&idem))
+        .env("SAME_CALL_ID", "1");
+    let out = agents::outcome(one_run).await;
+    assert!(
+        !out.success,
+        "the SDK ran a reused call id: {:?}",
+        out.lines
+    );
+    assert!(
+        out.stderr.contains("ModelBehaviorError")
+            && out.stderr.contains("reused a completed tool call ID"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(upstream.executions("run-s:charge_card:inv_a"), 1);
+    assert_eq!(upstream.executions("run-s:charge_card:inv_b"), 0);
+    assert_eq!(upstream.total_executions(), 1);
+
     let mut results = Vec::new();
     for (run, invoice) in [("run-a", "inv_a"), ("run-b", "inv_b")] {
         let mut cmd = openai_agent(&idem, dir.path(), run, invoice);
@@ -278,7 +319,8 @@ async fn without_a_runtime_id_the_natural_key_holds_a_reworded_repeat() {
 
 /// Vercel AI SDK (MockLanguageModelV3 from `ai/test`): the application re-runs
 /// generateText from its saved steps; the unfinished step has the same step id, the
-/// model mints a new call id: one charge. Then two charges of one step, both `call_0`.
+/// model mints a new call id and rewords the note: one charge, replayed. Then two charges
+/// of one step, both `call_0`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vercel_ai_rerun_from_the_saved_steps_gets_the_charge_made_before_the_crash() {
     let upstream = MockUpstream::start().await;
@@ -291,8 +333,11 @@ async fn vercel_ai_rerun_from_the_saved_steps_gets_the_charge_made_before_the_cr
     };
     let first = crash_after_charge(agent("run-v", ONE_CHARGE)).await;
     assert_eq!(first["intent"], "run-v:0:0", "run id, step, call's index");
-    let out = finish(agent("run-v", ONE_CHARGE)).await;
+    let mut rerun = agent("run-v", ONE_CHARGE);
+    rerun.env("REWORD", "1");
+    let out = finish(rerun).await;
     assert_replay_of(&out["results"][0], &first);
+    assert_ne!(out["results"][0]["note"], first["note"], "not reworded");
     assert_eq!(upstream.total_executions(), 1);
 
     let mut same = agent("run-w", TWO_CHARGES);
@@ -321,8 +366,11 @@ fn charges_logged(log: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-/// MCP: the agent's client is killed while the server runs the charge, and restarts (a
-/// new process, session and JSON-RPC id, the same intent): it gets the one charge.
+/// MCP: the agent's client is killed while the server runs the charge, and the job runs
+/// again (a new process and session, whose JSON-RPC ids start over; the same intent,
+/// job id + step + tool): it gets the one charge. Then a job whose two steps charge the
+/// same customer the same amount: two intents (the arguments alone could not tell), both
+/// charged, neither answered with the other's (or the first job's) charge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_client_restarted_mid_call_gets_the_one_charge() {
     agents::ensure_peers();
@@ -348,29 +396,38 @@ async fn mcp_client_restarted_mid_call_gets_the_one_charge() {
     .await;
     let upstream = format!("http://127.0.0.1:{port}");
     let idem = harness::start(&agents::idem_yaml("mcp", &upstream)).await;
-    let client = |job: &str| {
-        let mut cmd = python_agent("mcp/client.py", dir.path(), &[job, "cus_1", "500"]);
+    let client = |args: &[&str]| {
+        let mut cmd = python_agent("mcp/client.py", dir.path(), args);
         cmd.env("IDEM_URL", base(&idem));
         cmd
     };
-    let mut gone = client("job-7").spawn().expect("start the MCP client");
+    let mut gone = client(&["job-7", "cus_1", "500"])
+        .spawn()
+        .expect("start the MCP client");
     eventually(Duration::from_secs(30), "the charge running", async || {
         charges_logged(&log).len() == 1
     })
     .await;
     gone.kill().await.expect("kill the client mid-call");
-    let out = finish(client("job-7")).await;
+    let out = finish(client(&["job-7", "cus_1", "500"])).await;
     let charged = charges_logged(&log);
     assert_eq!(charged.len(), 1, "charged again: {charged:?}");
+    let first = &out["results"][0];
+    assert_eq!(
+        first["intent"], "job-7:0:charge_card",
+        "job id + step + tool"
+    );
+    assert_eq!(first["isError"], false, "{out}");
     let charge = charged[0]["charge"].as_str().unwrap();
-    assert_eq!(out["isError"], false, "{out}");
-    assert_eq!(out["text"], format!("charged cus_1 500 as {charge}"));
-    // Another job charging the same customer the same amount is another intent (the
-    // arguments alone could not tell), though its session numbers its JSON-RPC requests
-    // as the first one's did: it runs, and gets its own charge.
-    let other = finish(client("job-8")).await;
+    assert_eq!(first["text"], format!("charged cus_1 500 as {charge}"));
+
+    let out = finish(client(&["job-8", "cus_1", "500", "cus_1", "500"])).await;
     let charged = charges_logged(&log);
-    assert_eq!(charged.len(), 2, "{charged:?}");
-    let second = charged[1]["charge"].as_str().unwrap();
-    assert_eq!(other["text"], format!("charged cus_1 500 as {second}"));
+    assert_eq!(charged.len(), 3, "a step was not charged: {charged:?}");
+    for step in 0..2 {
+        let r = &out["results"][step];
+        assert_eq!(r["intent"], format!("job-8:{step}:charge_card"));
+        let own = charged[step + 1]["charge"].as_str().unwrap();
+        assert_eq!(r["text"], format!("charged cus_1 500 as {own}"), "{out}");
+    }
 }
