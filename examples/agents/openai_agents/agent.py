@@ -12,8 +12,10 @@ the tool's name + the call's natural key (the invoice). A model that re-mints it
 The model is a scripted `agents.models.interface.Model` (no network): it asks for one
 charge_card call per turn, one turn per item, then answers. Each time it is asked it
 mints a fresh call id and its own fresh idempotency_key (SAME_CALL_ID=1: every call id is
-`call_0`, as Gemini numbers its calls anew in each response; the SDK itself refuses one id
-reused within one response); REWORD=1 rewords the note.
+`call_0`, as Gemini numbers its calls anew in each response). The SDK 0.24 refuses a call
+id reused within one run: for other arguments in a later response it raises
+ModelBehaviorError before the tool runs; for the same arguments it skips the call as
+completed. Across runs nothing refuses it. REWORD=1 rewords the note.
 
 Environment: IDEM_URL (http://127.0.0.1:8082), IDEM_CRASH_AFTER_CHARGE=1 (SIGKILL right
 after the first charge answered, before the run finished).

@@ -10,8 +10,8 @@
 //     node agent.mjs RUN_ID '[{"customer": "cus_1", "amount": 500}, ...]'
 //
 // The model is the SDK's own MockLanguageModelV3 (`ai/test`), scripted: it asks for one
-// charge_card call per item with fresh call ids (SAME_CALL_ID=1: all `call_0`), then
-// answers. Environment: IDEM_URL (http://127.0.0.1:8082), AGENT_STATE (the run's saved
+// charge_card call per item with fresh call ids (SAME_CALL_ID=1: all `call_0`) and a note
+// (REWORD=1: reworded, as a model asked again may do), then answers. Environment: IDEM_URL (http://127.0.0.1:8082), AGENT_STATE (the run's saved
 // steps, default ./vercel-ai-RUN_ID.json), IDEM_CRASH_AFTER_CHARGE=1 (SIGKILL right after
 // the first charge answered, before the step was saved).
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
@@ -35,7 +35,7 @@ async function idemPost(context, path, body) {
     headers: { "content-type": "application/json", "x-idem-intent": intent },
     body: JSON.stringify(body),
   });
-  const out = { intent, status: r.status, body: await r.json(),
+  const out = { intent, status: r.status, body: await r.json(), note: body.note,
                 replayed: r.headers.get("idempotent-replayed") === "true" };
   if (process.env.IDEM_CRASH_AFTER_CHARGE === "1") {
     console.log(JSON.stringify({ crashed_after: out }));
@@ -47,7 +47,7 @@ async function idemPost(context, path, body) {
 
 const chargeCard = tool({
   description: "Charge a customer's card.",
-  inputSchema: z.object({ customer: z.string(), amount: z.number() }),
+  inputSchema: z.object({ customer: z.string(), amount: z.number(), note: z.string() }),
   execute: async (input, { experimental_context }) => idemPost(experimental_context, "/charges", input),
 });
 
@@ -63,8 +63,9 @@ const model = new MockLanguageModelV3({
                finishReason: { unified: "stop", raw: "stop" } };
     }
     const same = process.env.SAME_CALL_ID === "1";
-    const content = JSON.parse(chargesJson).map((input) => ({
-      type: "tool-call", toolName: "charge_card", input: JSON.stringify(input),
+    const note = process.env.REWORD === "1" ? "Monthly plan, renewal" : "Renewal of the monthly plan";
+    const content = JSON.parse(chargesJson).map((charge) => ({
+      type: "tool-call", toolName: "charge_card", input: JSON.stringify({ ...charge, note }),
       toolCallId: same ? "call_0" : `call_${randomUUID().slice(0, 12)}`,
     }));
     return { content, usage, warnings: [], finishReason: { unified: "tool-calls", raw: "tool_calls" } };
