@@ -22,7 +22,7 @@ fn a_panic_in_a_task_spawned_by_idem_fails_the_test() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let store = MemoryStore::new(1);
+        let store = MemoryStore::new(1, usize::MAX);
         // The purge task runs (and panics) once this task yields.
         for _ in 0..10 {
             tokio::task::yield_now().await;

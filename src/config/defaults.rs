@@ -115,6 +115,7 @@ impl Default for StoreConfig {
             on_error: OnStoreError::Reject,
             encryption: None,
             memory_max_records: crate::store::MEMORY_STORE_MAX_RECORDS,
+            memory_max_bytes: crate::store::MEMORY_STORE_MAX_BYTES,
         }
     }
 }

@@ -225,6 +225,8 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
                 n => cfg.memory_max_records = n,
             }
         }
+        let bytes = w.size(&f, "max_bytes");
+        set(&mut cfg.memory_max_bytes, nonzero(w, bytes));
     }
     if let Some(enc) = f.get("encryption") {
         cfg.encryption = encryption(w, enc);

@@ -16,6 +16,10 @@ pub struct StoreConfig {
     /// `store.memory.max_records`: the memory store's capacity (SPEC §1 "Upstream
     /// outages"); completed records are evicted first, the others never.
     pub memory_max_records: usize,
+    /// `store.memory.max_bytes`: what the memory store's records may hold together,
+    /// stored responses included; completed records are evicted first (issue 46 §5: a
+    /// count alone let 1 MiB answers outgrow the pod's memory limit).
+    pub memory_max_bytes: usize,
 }
 
 /// `store.encryption`: the key files by id (the first seals, all open) and the

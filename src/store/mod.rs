@@ -52,7 +52,7 @@ pub use postgres::PostgresStore;
 pub use record::{Phase, Record, RecordState, Settled, Stamp, StoredResponse, Token};
 pub use redis::RedisStore;
 pub use sealing::Sealing;
-pub use shared::{SharedStore, MEMORY_STORE_MAX_RECORDS};
+pub use shared::{SharedStore, MEMORY_STORE_MAX_BYTES, MEMORY_STORE_MAX_RECORDS};
 pub use watch::{Watch, Watchers};
 
 use crate::store_key::StoreKey;

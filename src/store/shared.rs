@@ -14,6 +14,9 @@ use super::{memory::MemoryStore, Backend, Sealing, Store, StoreError};
 /// Records the memory store keeps before evicting the soonest-expiring completed one.
 pub const MEMORY_STORE_MAX_RECORDS: usize = 100_000;
 
+/// Bytes the memory store's records may hold together (`store.memory.max_bytes`).
+pub const MEMORY_STORE_MAX_BYTES: usize = 256 << 20;
+
 /// The store's process-wide part.
 #[derive(Clone)]
 pub struct SharedStore {
@@ -39,7 +42,10 @@ impl SharedStore {
         sealing: Sealing,
     ) -> Result<SharedStore, StoreError> {
         let shared = match &cfg.backend {
-            StoreBackend::Memory => Shared::Memory(MemoryStore::new(cfg.memory_max_records)),
+            StoreBackend::Memory => Shared::Memory(MemoryStore::new(
+                cfg.memory_max_records,
+                cfg.memory_max_bytes,
+            )),
             StoreBackend::Redis(redis) => {
                 Shared::Redis(RedisStore::subscribe(redis)?, Arc::new(redis.clone()))
             }

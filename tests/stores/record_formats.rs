@@ -272,7 +272,7 @@ async fn stored_and_read(store: &Store, at: &StoreKey, bytes: &[u8]) -> Record {
 #[tokio::test]
 async fn sealed_records_of_each_format_open() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = sealed_store(&MemoryStore::new(100), dir.path());
+    let (store, _) = sealed_store(&MemoryStore::new(100, usize::MAX), dir.path());
     let at = StoreKey::new("charge_invoice", "tenant-a", "charge:inv_9");
     let body = &b"{\"holder\":\"Ada Lovelace\"}"[..];
     for (name, format) in [
@@ -322,7 +322,7 @@ async fn sealed_records_of_each_format_open() {
 #[ignore = "writes tests/fixtures/records/sealed-v2-in-progress.bin"]
 async fn write_the_sealed_in_progress_fixture() {
     let dir = tempfile::tempdir().unwrap();
-    let memory = MemoryStore::new(100);
+    let memory = MemoryStore::new(100, usize::MAX);
     let (store, raw) = sealed_store(&memory, dir.path());
     let at = StoreKey::new("charge_invoice", "tenant-a", "charge:inv_9");
     let mut record = Record::in_progress(

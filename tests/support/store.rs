@@ -74,7 +74,7 @@ macro_rules! store_cases {
 
 impl Backend {
     pub fn memory() -> Backend {
-        Backend::Memory(MemoryStore::new(10_000))
+        Backend::Memory(MemoryStore::new(10_000, usize::MAX))
     }
 
     pub fn redis() -> Backend {

@@ -418,3 +418,18 @@ fn a_body_limit_over_the_buffer_budget_warns() {
     );
     assert_eq!(c.server.max_buffered_bytes, 64 << 20);
 }
+
+#[test]
+fn memory_store_max_bytes() {
+    let c = ok(&format!(
+        "{MINIMAL}store:\n  memory:\n    max_bytes: 40MiB\n"
+    ));
+    assert_eq!(c.store.memory_max_bytes, 40 << 20);
+    let c = ok(MINIMAL);
+    assert_eq!(
+        c.store.memory_max_bytes,
+        crate::store::MEMORY_STORE_MAX_BYTES
+    );
+    let e = errors(&format!("{MINIMAL}store:\n  memory:\n    max_bytes: 0\n"));
+    assert!(e[0].contains("store.memory.max_bytes"), "{e:?}");
+}

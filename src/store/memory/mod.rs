@@ -55,6 +55,13 @@ struct Shared {
     /// claimed with a compare-and-swap *before* inserting, so it never exceeds `max`.
     len: AtomicUsize,
     max: usize,
+    /// What the records hold together ([`shard::footprint`]), kept by the shards, and
+    /// its bound: reservations make room past it, and a completion makes room for its
+    /// response before it is stored. A completion is never refused (its call ran), so
+    /// the sum can pass `max_bytes` by the responses being stored at that moment, which
+    /// `server.max_buffered_bytes` bounds.
+    bytes: Arc<AtomicUsize>,
+    max_bytes: usize,
     watchers: Watchers,
     /// Leases are stamped and judged on this clock, never on the wall clock.
     clock: MonotonicClock,
@@ -63,13 +70,18 @@ struct Shared {
 // === impl MemoryStore ===
 
 impl MemoryStore {
-    /// A store holding at most `max_records` records. Must be called inside a tokio
-    /// runtime: it spawns the purge task.
-    pub fn new(max_records: usize) -> MemoryStore {
+    /// A store holding at most `max_records` records and about `max_bytes`. Must be
+    /// called inside a tokio runtime: it spawns the purge task.
+    pub fn new(max_records: usize, max_bytes: usize) -> MemoryStore {
+        let bytes = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard::new(bytes.clone())))
+                .collect(),
             len: AtomicUsize::new(0),
             max: max_records,
+            bytes,
+            max_bytes,
             watchers: Watchers::new(),
             clock: MonotonicClock::start(),
         });
@@ -90,6 +102,11 @@ impl MemoryStore {
         self.shared.len.load(Ordering::Acquire)
     }
 
+    /// What the records hold together, by [`shard::footprint`]'s estimate.
+    pub fn bytes(&self) -> usize {
+        self.shared.bytes.load(Ordering::Acquire)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -108,13 +125,14 @@ impl MemoryStore {
                     return Ok(Reserve::Exists(e.record.clone(), self.shared.clock.at(now)));
                 }
                 self.shared.remove(&mut shard, key);
-                if self.shared.claim_slot() {
-                    shard.insert(*key, self.shared.entry(record, now, lease));
+                let entry = self.shared.entry(record, now, lease);
+                if self.shared.fits(entry.size) && self.shared.claim_slot() {
+                    shard.insert(*key, entry);
                     return Ok(Reserve::Won);
                 }
             }
             // Full: make room without holding the key's shard (eviction locks others).
-            if !self.shared.make_room() {
+            if !self.shared.make_room(shard::footprint(record)) {
                 break;
             }
         }
@@ -129,6 +147,12 @@ impl MemoryStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
+        // A completion's response may not fit: room is made first, without the key's
+        // shard held (eviction locks the others); it is stored either way.
+        let size = shard::footprint(record);
+        if !self.shared.fits(size) {
+            self.shared.make_room(size);
+        }
         let claim = Claim {
             owner,
             window: None,
@@ -315,7 +339,12 @@ impl Shared {
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         let mut record = owned(record);
         record.apply_stamp(self.clock.at(now));
-        Entry { record, deadline }
+        Entry::new(record, deadline)
+    }
+
+    /// Whether `size` more bytes fit under `max_bytes`.
+    fn fits(&self, size: usize) -> bool {
+        self.bytes.load(Ordering::Acquire).saturating_add(size) <= self.max_bytes
     }
 
     fn shard(&self, key: &StoreKey) -> MutexGuard<'_, Shard> {
@@ -344,14 +373,14 @@ impl Shared {
         }
     }
 
-    /// Frees slots: drop expired records, else evict the completed records expiring
-    /// soonest — a batch of them (`max / EVICT_BATCH_DIVISOR`, at least one), so a full
-    /// store under a stream of new keys pays the shard scan once per batch rather than
-    /// once per reservation. Locks one shard at a time, so it cannot deadlock with key
-    /// operations.
-    fn make_room(&self) -> bool {
+    /// Frees a slot and `size` bytes: drop expired records, else evict the completed
+    /// records expiring soonest — a batch of them (`max / EVICT_BATCH_DIVISOR`, at least
+    /// one), so a full store under a stream of new keys pays the shard scan once per
+    /// batch rather than once per reservation. Locks one shard at a time, so it cannot
+    /// deadlock with key operations; the key's own shard must not be held.
+    fn make_room(&self, size: usize) -> bool {
         self.purge_expired(Instant::now());
-        if self.len.load(Ordering::Acquire) < self.max {
+        if self.len.load(Ordering::Acquire) < self.max && self.fits(size) {
             return true;
         }
         let batch = (self.max / EVICT_BATCH_DIVISOR).max(1);

@@ -1,6 +1,8 @@
 //! One shard of the memory store: a map plus two deadline indexes.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -11,13 +13,48 @@ use crate::store_key::{KeyMap, StoreKey};
 pub(super) struct Entry {
     pub(super) record: Record,
     pub(super) deadline: Instant,
+    /// What it holds in memory, roughly ([`footprint`]), counted in the store's bytes.
+    pub(super) size: usize,
+}
+
+impl Entry {
+    pub(super) fn new(record: Record, deadline: Instant) -> Entry {
+        let size = footprint(&record);
+        Entry {
+            record,
+            deadline,
+            size,
+        }
+    }
+}
+
+/// The entry, its map slot, its index nodes and the record's fixed fields.
+const FIXED_BYTES: usize = 320;
+
+/// What a record holds in memory: a fixed part, its strings, and its stored response
+/// (body, headers) or sealed bytes. An estimate (allocators round up), used against
+/// `store.memory.max_bytes`.
+pub(super) fn footprint(record: &Record) -> usize {
+    let strings = record.route.len() + record.scope.len() + record.key.len();
+    let response = record.response.as_ref().map_or(0, |r| {
+        let headers: usize = r
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 32)
+            .sum();
+        headers + r.body.as_ref().map_or(0, |b| b.len())
+    });
+    let sealed = record
+        .sealed
+        .as_ref()
+        .map_or(0, |s| s.key_id.len() + s.bytes.len());
+    FIXED_BYTES + strings + response + sealed
 }
 
 /// Records of the keys that hash to this shard.
 ///
 /// The indexes are `BTreeSet<(deadline, key)>` like mini-redis's `expirations`, so both
 /// "what has expired" and "which completed record expires soonest" are the first items.
-#[derive(Default)]
 pub(super) struct Shard {
     entries: KeyMap<Entry>,
     /// Every entry, for purging expired ones.
@@ -28,9 +65,23 @@ pub(super) struct Shard {
     /// The other entries, in progress: what operators list and count, read without
     /// walking the completed ones (a listing costs what the unsettled intents cost).
     open: KeyMap<()>,
+    /// The bytes every shard's entries hold ([`Entry::size`]), shared by the store's
+    /// shards and kept here by every insert and removal.
+    bytes: Arc<AtomicUsize>,
 }
 
 impl Shard {
+    /// An empty shard whose entries count in `bytes`.
+    pub(super) fn new(bytes: Arc<AtomicUsize>) -> Shard {
+        Shard {
+            entries: KeyMap::default(),
+            by_deadline: BTreeSet::new(),
+            completed: BTreeSet::new(),
+            open: KeyMap::default(),
+            bytes,
+        }
+    }
+
     /// The entry for `key` if it has not expired at `now`.
     pub(super) fn get_live(&self, key: &StoreKey, now: Instant) -> Option<&Entry> {
         self.entries.get(key).filter(|e| e.deadline > now)
@@ -46,12 +97,14 @@ impl Shard {
         } else {
             self.open.insert(key, ());
         }
+        self.bytes.fetch_add(entry.size, Ordering::AcqRel);
         self.entries.insert(key, entry);
         replaced
     }
 
     pub(super) fn remove(&mut self, key: &StoreKey) -> Option<Entry> {
         let entry = self.entries.remove(key)?;
+        self.bytes.fetch_sub(entry.size, Ordering::AcqRel);
         self.by_deadline.remove(&(entry.deadline, *key));
         match entry.record.is_completed() {
             true => self.completed.remove(&(entry.deadline, *key)),
@@ -118,7 +171,7 @@ mod tests {
         } else {
             r
         };
-        Entry { record, deadline }
+        Entry::new(record, deadline)
     }
 
     #[test]
@@ -126,7 +179,8 @@ mod tests {
         let now = Instant::now();
         let s = Duration::from_secs(1);
         let (a, b, c) = (StoreKey([1; 32]), StoreKey([2; 32]), StoreKey([3; 32]));
-        let mut shard = Shard::default();
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let mut shard = Shard::new(bytes.clone());
         assert!(!shard.insert(a, entry(false, now + s)));
         assert!(!shard.insert(b, entry(true, now + 3 * s)));
         assert!(!shard.insert(c, entry(true, now + 2 * s)));
@@ -149,6 +203,12 @@ mod tests {
         );
         assert_eq!(shard.purge(now + 2 * s), 1);
         assert_eq!(shard.entries.len(), 1);
+        let left: usize = shard.entries.values().map(|e| e.size).sum();
+        assert_eq!(
+            bytes.load(Ordering::Acquire),
+            left,
+            "bytes follow every removal"
+        );
         assert_eq!(shard.soonest_completed(1).next(), Some((now + 3 * s, b)));
     }
 }

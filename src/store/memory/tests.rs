@@ -14,7 +14,7 @@ fn record(lease: Duration) -> Record {
 #[tokio::test(start_paused = true)]
 async fn expired_records_are_invisible_before_the_purge() {
     let _panics = crate::panic_watch::watched();
-    let store = MemoryStore::new(10);
+    let store = MemoryStore::new(10, usize::MAX);
     let lease = Duration::from_secs(30);
     let first = record(lease);
     assert!(matches!(
@@ -42,7 +42,7 @@ async fn expired_records_are_invisible_before_the_purge() {
 #[tokio::test(start_paused = true)]
 async fn purge_task_frees_expired_records() {
     let _panics = crate::panic_watch::watched();
-    let store = MemoryStore::new(100);
+    let store = MemoryStore::new(100, usize::MAX);
     for i in 0..20u8 {
         let ttl = Duration::from_secs(u64::from(i % 2) * 100 + 5);
         store
@@ -62,7 +62,7 @@ async fn purge_task_frees_expired_records() {
 #[tokio::test(start_paused = true)]
 async fn purge_task_stops_with_the_last_clone() {
     let _panics = crate::panic_watch::watched();
-    let store = MemoryStore::new(10);
+    let store = MemoryStore::new(10, usize::MAX);
     let clone = store.clone();
     let shared = Arc::downgrade(&store.shared);
     drop(store);
@@ -79,7 +79,7 @@ async fn purge_task_stops_with_the_last_clone() {
 #[tokio::test]
 async fn huge_ttl_does_not_overflow() {
     let _panics = crate::panic_watch::watched();
-    let store = MemoryStore::new(1);
+    let store = MemoryStore::new(1, usize::MAX);
     let r = record(Duration::MAX);
     assert!(matches!(
         store.reserve(&KEY, &r, Duration::MAX).await,
@@ -97,7 +97,7 @@ fn a_panic_in_the_purge_task_fails_the_test() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let store = MemoryStore::new(1);
+        let store = MemoryStore::new(1, usize::MAX);
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
@@ -108,4 +108,67 @@ fn a_panic_in_the_purge_task_fails_the_test() {
         .expect_err("the watch fails the test when the purge task panicked");
     let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(message.contains("timers are disabled"), "{message}");
+}
+
+/// `store.memory.max_bytes` bounds what the records hold, stored responses included:
+/// completing with a 10 KiB answer makes room by evicting the completed records that
+/// expire soonest, never one in progress; every completion is stored (its call ran);
+/// once only records in progress are left, a new reservation is refused (`Full`).
+#[tokio::test]
+async fn max_bytes_bounds_stored_responses() {
+    let _panics = crate::panic_watch::watched();
+    const BODY: usize = 10 * 1024;
+    let max_bytes = 4 * BODY;
+    let store = MemoryStore::new(1000, max_bytes);
+    let retention = Duration::from_secs(3600);
+    let answer = crate::store::StoredResponse {
+        status: 200,
+        headers: vec![],
+        body: Some(Bytes::from(vec![b'x'; BODY])),
+    };
+    // One call stays in progress throughout: never evicted.
+    let running = record(retention);
+    let running_key = StoreKey([200; 32]);
+    store
+        .reserve(&running_key, &running, retention)
+        .await
+        .unwrap();
+    for i in 0..12u8 {
+        let key = StoreKey([i; 32]);
+        let mine = record(retention);
+        assert!(matches!(
+            store.reserve(&key, &mine, retention).await,
+            Ok(Reserve::Won)
+        ));
+        let done = mine.completed(answer.clone(), retention);
+        let stored = store.replace_if_owner(&key, &mine.token, &done, retention, false);
+        assert!(stored.await.unwrap(), "a completion is always stored");
+        let held = store.bytes();
+        assert!(
+            held <= max_bytes,
+            "{i}: {held} bytes held, {max_bytes} allowed"
+        );
+        let back = store.get(&key).await.unwrap().expect("the newest is kept");
+        assert_eq!(
+            back.response.and_then(|r| r.body).map(|b| b.len()),
+            Some(BODY)
+        );
+    }
+    assert!(store.len() < 13, "older completed records were evicted");
+    assert!(store.get(&running_key).await.unwrap().is_some());
+    // Records in progress only, past the bound: a reservation is refused.
+    let small = MemoryStore::new(1000, 1000);
+    let mut refused = false;
+    for i in 0..10u8 {
+        let r = record(retention);
+        if let Err(StoreError::Full(_)) = small.reserve(&StoreKey([i; 32]), &r, retention).await {
+            refused = true;
+            break;
+        }
+    }
+    assert!(
+        refused,
+        "in-progress records are never evicted to make room"
+    );
+    assert!(small.bytes() <= 1000);
 }

@@ -9,7 +9,7 @@ use super::support::store::{completed, in_progress, key, unclocked};
 use super::{won, LEASE};
 
 fn bounded(max: usize) -> Store {
-    Store::from(MemoryStore::new(max))
+    Store::from(MemoryStore::new(max, usize::MAX))
 }
 
 #[tokio::test]
