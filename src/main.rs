@@ -88,6 +88,12 @@ async fn serve(args: ServeArgs) -> ExitCode {
     };
     let running = match idem::app::start(&config).await {
         Ok(running) => running,
+        // A key file the configuration names is unusable: the configuration's fault,
+        // as `idem check` says.
+        Err(e @ idem::app::StartError::Keys(_)) => {
+            eprintln!("idem: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
         Err(e) => {
             eprintln!("idem: {e}");
             return ExitCode::FAILURE;
@@ -113,17 +119,22 @@ async fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// The configuration, then what each part reads of its own at start: the
+/// `store.encryption` key files, read by the sealing layer as `serve` reads them (once).
 fn check(path: &std::path::Path) -> ExitCode {
-    match Config::load(path) {
-        Ok(config) => {
-            print!("{}", config.route_table());
-            ExitCode::SUCCESS
-        }
+    let config = match Config::load(path) {
+        Ok(config) => config,
         Err(e) => {
             eprintln!("{e}");
-            ExitCode::from(EX_USAGE)
+            return ExitCode::from(EX_USAGE);
         }
+    };
+    if let Err(e) = idem::store::Sealing::load(config.store.encryption.as_ref()) {
+        eprintln!("{e}");
+        return ExitCode::from(EX_USAGE);
     }
+    print!("{}", config.route_table());
+    ExitCode::SUCCESS
 }
 
 async fn migrate(path: &std::path::Path) -> ExitCode {

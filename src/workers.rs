@@ -41,7 +41,7 @@ pub enum StartError {
     Workers(std::io::Error),
     #[error("{0}")]
     Traces(String),
-    #[error("store.encryption: {0}")]
+    #[error("{0}")]
     Keys(String),
 }
 

@@ -43,6 +43,9 @@ impl Config {
         match config {
             Some(mut config) if w.errors.is_empty() => {
                 config.source = source.map(Path::to_path_buf);
+                if let (Some(enc), Some(file)) = (config.store.encryption.as_mut(), source) {
+                    enc.places.in_file(file);
+                }
                 config.warnings = ConfigErrors::finish(w.warnings, source)
                     .into_iter()
                     .map(|warning| warning.to_string())

@@ -42,7 +42,7 @@ pub use choice::Choice;
 pub use reconcile::{Found, Reconcile};
 
 pub use crate::store::config::{
-    BackendName, EncryptionConfig, OnStoreError, PostgresConfig, RedisConfig, RedisMode,
+    BackendName, EncryptionConfig, KeyPlaces, OnStoreError, PostgresConfig, RedisConfig, RedisMode,
     RedisModeName, StoreBackend, StoreConfig,
 };
 pub use crate::traces::TelemetryConfig;

@@ -13,11 +13,9 @@ use super::walk::{At, Fields, Walker};
 use super::yaml::Node;
 use super::UpstreamConfig;
 use super::{
-    defaults, AdminConfig, BackendName, EncryptionConfig, PostgresConfig, RedisConfig, RedisMode,
-    RedisModeName, ServerConfig, StoreBackend, StoreConfig,
+    defaults, AdminConfig, BackendName, EncryptionConfig, KeyPlaces, PostgresConfig, RedisConfig,
+    RedisMode, RedisModeName, ServerConfig, StoreBackend, StoreConfig,
 };
-use crate::store::seal::Keyring;
-use crate::store::Sealing;
 
 /// Parse an `IP:port` listen address.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -250,10 +248,11 @@ pub(crate) fn store(w: &mut Walker<'_>, node: Option<&Node>) -> StoreConfig {
     cfg
 }
 
-/// `store.encryption: {keys: [{id, file}, ...], credential_key_file}`: the files are
-/// read once to check them (an unreadable or malformed key file is reported at its
-/// entry; its content never is), and only their ids and paths are kept: the store's
-/// sealing layer reads them again when it starts or reloads (`store/sealing.rs`).
+/// `store.encryption: {keys: [{id, file}, ...], credential_key_file}`: ids, paths and
+/// where each is named. The files are read by the store's sealing layer alone
+/// (`store/sealing.rs`), once when idem starts, checks (`idem check`) or reloads, and
+/// its errors are prefixed with those places (an unreadable or malformed key file is
+/// reported at its entry; its content never is).
 fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
     let f = w.fields(node, "store.encryption");
     // Optional: keys the credential hash (`seal/credential_key.rs` says why a key of its
@@ -269,6 +268,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
         return None;
     };
     let mut keys: Vec<(String, std::path::PathBuf)> = Vec::new();
+    let mut places = KeyPlaces::default();
     let mut ok = true;
     for (path, item) in w.list(list, "store.encryption.keys") {
         let k = w.fields(item, &path);
@@ -284,36 +284,21 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
             ok = false;
             continue;
         }
-        if let Err(message) = Keyring::load(&[(id.value.clone(), file.value.clone().into())]) {
-            w.error(file.pos, &file.path, message);
-            ok = false;
-            continue;
-        }
+        places.keys.push(format!("{}: {}", file.pos, file.path));
         keys.push((id.value, file.value.into()));
     }
     if !ok {
         return None;
     }
-    let mut cfg = EncryptionConfig {
+    if let Some(file) = &credential_key_file {
+        places.credential_key_file = Some(format!("{}: {}", file.pos, file.path));
+    }
+    Some(EncryptionConfig {
         keys,
-        credential_key_file: None,
+        credential_key_file: credential_key_file.map(|f| f.value.into()),
         accept_unsealed_until_ms: accept_unsealed_until.map(|a| a.value),
-    };
-    if let Err(message) = Sealing::load(Some(&cfg)) {
-        w.error(list.pos, "store.encryption.keys", message);
-        return None;
-    }
-    let Some(file) = credential_key_file else {
-        return Some(cfg);
-    };
-    cfg.credential_key_file = Some(file.value.clone().into());
-    match Sealing::load(Some(&cfg)) {
-        Ok(_) => Some(cfg),
-        Err(message) => {
-            w.error(file.pos, &file.path, message);
-            None
-        }
-    }
+        places,
+    })
 }
 
 /// An RFC 3339 time in UTC (`2026-12-06T22:00:00Z`), as unix milliseconds.

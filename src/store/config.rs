@@ -33,6 +33,29 @@ pub struct EncryptionConfig {
     /// as it is (written before encryption was turned on); any other unsealed record is
     /// 409 `record_unreadable`. `None`: every unsealed record is (issue 46 §1).
     pub accept_unsealed_until_ms: Option<u64>,
+    /// Where the configuration names each file, for the errors of reading it.
+    pub places: KeyPlaces,
+}
+
+/// Where each key file is named in the configuration (`idem.yaml:7:15:
+/// store.encryption.keys[0].file`), prefixed to the errors of reading it: the files are
+/// read by the sealing layer alone, once per start, check or reload, so an error still
+/// points at the line to fix. Empty for a configuration built in code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPlaces {
+    /// One per entry of `keys`, in order.
+    pub keys: Vec<String>,
+    pub credential_key_file: Option<String>,
+}
+
+impl KeyPlaces {
+    /// Prefix every place with the configuration file's name.
+    pub fn in_file(&mut self, file: &std::path::Path) {
+        let name = file.display();
+        for place in self.keys.iter_mut().chain(&mut self.credential_key_file) {
+            *place = format!("{name}:{place}");
+        }
+    }
 }
 
 /// `store.backend` with that backend's own settings, and only those: a PostgreSQL or

@@ -88,15 +88,17 @@ pub fn new_key_base64() -> String {
 }
 
 impl Keyring {
-    /// Load `(id, file)` pairs; each file holds 32 bytes in base64 (a Kubernetes Secret
-    /// key). Errors name the file, never its content.
-    pub fn load(keys: &[(String, std::path::PathBuf)]) -> Result<Keyring, String> {
+    /// Load `(id, file)` pairs, each file read once; each holds 32 bytes in base64 (a
+    /// Kubernetes Secret key). Errors name the file, never its content, with the index
+    /// of the pair (`None`: the list itself).
+    pub fn load(keys: &[(String, std::path::PathBuf)]) -> Result<Keyring, (Option<usize>, String)> {
         let mut loaded = Vec::with_capacity(keys.len());
-        for (id, file) in keys {
-            loaded.push((id.clone(), read_key(file)?));
+        for (i, (id, file)) in keys.iter().enumerate() {
+            loaded.push((id.clone(), read_key(file).map_err(|e| (Some(i), e))?));
         }
         if loaded.is_empty() {
-            return Err("list at least one key: the first seals, all open".to_owned());
+            let message = "list at least one key: the first seals, all open".to_owned();
+            return Err((None, message));
         }
         Ok(Keyring {
             keys: loaded,

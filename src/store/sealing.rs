@@ -148,14 +148,23 @@ impl std::fmt::Debug for Sealing {
     }
 }
 
-/// The keyring `cfg` names, read from its files.
+/// The keyring `cfg` names, each file read once; an error starts with where the
+/// configuration names the file (`cfg.places`).
 fn load_keyring(cfg: Option<&EncryptionConfig>) -> Result<Option<Keyring>, String> {
     let Some(cfg) = cfg else {
         return Ok(None);
     };
-    let keyring = Keyring::load(&cfg.keys)?.accepting_unsealed_until(cfg.accept_unsealed_until_ms);
+    let at = |place: Option<&String>, message: String| match place {
+        Some(place) => format!("{place}: {message}"),
+        None => message,
+    };
+    let keyring = Keyring::load(&cfg.keys)
+        .map_err(|(i, message)| at(i.and_then(|i| cfg.places.keys.get(i)), message))?
+        .accepting_unsealed_until(cfg.accept_unsealed_until_ms);
     Ok(Some(match &cfg.credential_key_file {
-        Some(file) => keyring.with_credential_key(file)?,
+        Some(file) => keyring
+            .with_credential_key(file)
+            .map_err(|message| at(cfg.places.credential_key_file.as_ref(), message))?,
         None => keyring,
     }))
 }
@@ -176,6 +185,7 @@ mod tests {
             keys: vec![("k1".to_owned(), file)],
             credential_key_file: None,
             accept_unsealed_until_ms: None,
+            places: Default::default(),
         };
         let key = StoreKey::new("r", "ada@example.com", "charge:1");
         let r = Record::in_progress(
@@ -205,6 +215,7 @@ mod tests {
                 keys: vec![],
                 credential_key_file: None,
                 accept_unsealed_until_ms: None,
+                places: Default::default(),
             }))
             .is_err());
     }

@@ -412,6 +412,10 @@ async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
     for _ in 0..60 {
         rig.link.arm(Dir::Up, b"\"status\":201", Fault::Reset);
     }
+    // The lease starts after this instant (on Redis's clock, at the reservation): a
+    // forward before `sent + lease` would be a takeover of a live lease, however long
+    // the first call took on a loaded machine.
+    let sent = Instant::now();
     let first = rig.post("lost", &[]).await;
     assert_eq!(
         first.status,
@@ -433,7 +437,7 @@ async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
             }
             503 => {} // the link was being reset at that moment
             201 => {
-                seen_201 = Some((started.elapsed(), r.replayed()));
+                seen_201 = Some((sent.elapsed(), r.replayed()));
                 break;
             }
             s => panic!("unexpected {s}: {}", r.text()),
@@ -446,8 +450,8 @@ async fn completion_never_recorded_holds_the_key_until_the_lease_ends() {
     assert!(conflicts >= 3, "409s while the lease held ({conflicts})");
     assert!(!replayed);
     assert!(
-        after >= Duration::from_millis(1000),
-        "not forwarded again while the lease held ({after:?})"
+        after >= Duration::from_millis(1450),
+        "not forwarded again while the lease held ({after:?} after the first send, lease 1.5 s)"
     );
     assert_eq!(
         rig.upstream.executions("charge:lost"),
@@ -590,9 +594,12 @@ async fn completion_retry_outlasts_the_lease_while_the_token_holds() {
 async fn a_failed_renewal_is_retried_before_the_lease_ends() {
     let rig = Rig::new("reject", "3s").await;
     let url = rig.charge("renew");
+    // The call runs 8 s: the repeat below comes ~3.5 s after the call was seen at the
+    // upstream, so it lands after the first lease's end and, with seconds to spare on a
+    // loaded machine, before the call's.
     let first =
         tokio::spawn(
-            async move { harness::post(&url, &[("x-mock-delay-ms", "4500")], "{}").await },
+            async move { harness::post(&url, &[("x-mock-delay-ms", "8000")], "{}").await },
         );
     eventually(
         Duration::from_secs(2),

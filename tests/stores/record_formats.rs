@@ -250,6 +250,7 @@ fn sealed_store(memory: &MemoryStore, dir: &Path) -> (Store, Store) {
         keys: vec![("2026-06".to_owned(), file)],
         credential_key_file: None,
         accept_unsealed_until_ms: None,
+        places: Default::default(),
     };
     let sealing = Sealing::load(Some(&cfg)).unwrap();
     let sealed = Store::from(memory.clone()).sealed_by(sealing);

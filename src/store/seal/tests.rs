@@ -161,11 +161,12 @@ fn key_files_are_checked_and_never_echoed() {
         base64::engine::general_purpose::STANDARD.encode([9u8; 16]),
     )
     .unwrap();
-    let err = Keyring::load(&[("s".into(), short)]).unwrap_err();
+    let (at, err) = Keyring::load(&[("s".into(), short)]).unwrap_err();
+    assert_eq!(at, Some(0));
     assert!(err.contains("holds 16 bytes"), "{err}");
     let junk = dir.path().join("junk");
     std::fs::write(&junk, "not base64 s3cr3t!").unwrap();
-    let err = Keyring::load(&[("j".into(), junk)]).unwrap_err();
+    let (_, err) = Keyring::load(&[("j".into(), junk)]).unwrap_err();
     assert!(!err.contains("s3cr3t"), "{err}");
     let (ring, _d) = keyring(&[("a", [3; 32]), ("b", [4; 32])]);
     assert_eq!(format!("{ring:?}"), "Keyring { ids: [\"a\", \"b\"] }");

@@ -129,3 +129,64 @@ fn a_new_key_from_the_cli_is_accepted_and_never_echoed() {
         "{text}"
     );
 }
+
+/// A FIFO in `dir` that hands `key` to one reader, once: a second read of it blocks
+/// (no writer), so a process that reads a key file twice hangs where it would read it
+/// again. The writer thread ends when its one reader has read.
+fn key_once(dir: &std::path::Path, name: &str, key: &str) -> std::path::PathBuf {
+    let fifo = dir.join(name);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "mkfifo (coreutils) {fifo:?}"
+    );
+    let (path, key) = (fifo.clone(), key.to_owned());
+    std::thread::spawn(move || std::fs::write(path, key));
+    fifo
+}
+
+/// Each key file is read once — by `idem check`, and by `idem serve` at start — by the
+/// store's sealing layer (config parsing reads none): the keys and the credential key
+/// are FIFOs that answer one read each, so a second read would hang the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_files_are_read_once() {
+    let key = idem::store::seal::new_key_base64();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = |dir: &std::path::Path| {
+        let (k1, k2, cred) = (
+            key_once(dir, "k1", &key),
+            key_once(dir, "k2", &key),
+            key_once(dir, "cred", &key),
+        );
+        format!(
+            "upstream:\n  url: http://127.0.0.1:3000\nstore:\n  encryption:\n    keys:\n      - {{id: k1, file: {}}}\n      - {{id: k2, file: {}}}\n    credential_key_file: {}\ndefault: reject\n",
+            k1.display(),
+            k2.display(),
+            cred.display()
+        )
+    };
+    let config = dir.path().join("idem.yaml");
+    std::fs::write(&config, yaml(dir.path())).unwrap();
+    let mut check = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["check", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = check.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = check.kill();
+            panic!("idem check hung: it read a key file twice");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    // `serve`: a second read would hang its start (IdemProcess fails after 15 s).
+    let served = tempfile::tempdir().unwrap();
+    let p = IdemProcess::spawn(&yaml(served.path())).await;
+    let health = send("GET", &p.admin_url("/healthz"), &[], "").await;
+    assert_eq!(health.status, 200);
+}
