@@ -102,6 +102,18 @@ mod tests {
         assert_eq!(canon(r#"{"é":1,"e":2,"Z":3}"#), r#"{"Z":3,"e":2,"é":1}"#);
     }
 
+    /// Spellings of one value that JSON itself keeps apart stay apart (issue 46, "also
+    /// found, held"): `1` and `1.0`, a precomposed `é` and `e` + combining accent (NFC
+    /// and NFD). Their fingerprints differ, so a repeat that changed the spelling is
+    /// 422 `idempotency_key_reused`, never the replay of a request the upstream may read
+    /// differently; merging them would be the unsafe direction.
+    #[test]
+    fn spellings_json_keeps_apart_are_not_merged() {
+        assert_ne!(canon(r#"{"amount":1}"#), canon(r#"{"amount":1.0}"#));
+        assert_ne!(canon(r#""caf\u00e9""#), canon(r#""cafe\u0301""#));
+        assert_ne!(canon(r#"{"caf\u00e9":1}"#), canon(r#"{"cafe\u0301":1}"#));
+    }
+
     #[test]
     fn output_reparses_to_the_same_value() {
         let text = r#"{"k":[1,-2.5,"s",{"b":null,"a":[[]]}],"é":"\u0001"}"#;

@@ -30,6 +30,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::uri::Authority;
 use http::{header, HeaderValue, Method, Request, StatusCode};
+use subtle::ConstantTimeEq;
 
 use super::reply::{problem, AdminResponse};
 use crate::config::AdminConfig;
@@ -163,11 +164,10 @@ fn bearer_is<B>(req: &Request<B>, token: &str) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    // `subtle`'s comparison takes the same time wherever the bytes differ (it returns
+    // early only on a length mismatch, which the token's length is not secret enough
+    // to matter for): a guessed prefix is not timed out of it.
+    presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(token.as_bytes())))
 }
 
 /// Loopback, also as an IPv4-mapped IPv6 address (`::ffff:127.0.0.1`, a dual-stack

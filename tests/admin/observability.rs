@@ -401,3 +401,82 @@ fn metric_names_are_read_whole_words_only() {
         ["idem_inflight", "idem_requests_total"]
     );
 }
+
+/// No label value comes from a caller (issue 46, "also found, held"): requests with
+/// hostile paths, keys, MCP tool names, methods and headers — matched, unmatched,
+/// refused — leave every label of every series a configured route name or one of idem's
+/// own values, so a caller can neither grow the series without bound nor write into them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_label_value_comes_from_a_caller() {
+    let env = Env::new(Backend::memory()).await;
+    let idem = env
+        .idem(
+            "routes:\n  - name: charge\n    path: /charge/{id}\n    key: \"charge:{path.id}\"\n\
+             \x20 - name: tools\n    path: /mcp\n    mcp: {tools: [charge_customer]}\n",
+        )
+        .await;
+    let before: BTreeSet<String> = series(
+        &send("GET", &admin_url(&idem, "/metrics"), &[], "")
+            .await
+            .text(),
+    )
+    .into_iter()
+    .flat_map(|(_, labels)| labels.into_values())
+    .collect();
+    let marker = "zz9evil";
+    let json = [("content-type", "application/json")];
+    for (method, path, headers, body) in [
+        (
+            "POST",
+            format!("/charge/{marker}"),
+            vec![("idempotency-key", marker)],
+            "{}".to_owned(),
+        ),
+        (
+            "POST",
+            format!("/{marker}/x"),
+            vec![("x-route", marker)],
+            "{}".to_owned(),
+        ),
+        (
+            "PATCH",
+            format!("/charge/{marker}%2F..%2Fadmin"),
+            vec![],
+            "{".to_owned(),
+        ),
+        (
+            "POST",
+            "/mcp".to_owned(),
+            vec![("mcp-name", marker)],
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{marker}","arguments":{{}}}}}}"#
+            ),
+        ),
+        (
+            "DELETE",
+            format!("/charge/{marker}?route={marker}"),
+            vec![],
+            String::new(),
+        ),
+    ] {
+        let mut all = json.to_vec();
+        all.extend(headers);
+        let _ = send(method, &url(&idem, &path), &all, &body).await;
+    }
+    let text = send("GET", &admin_url(&idem, "/metrics"), &[], "")
+        .await
+        .text();
+    assert!(
+        !text.contains(marker),
+        "a caller's text in /metrics:\n{text}"
+    );
+    let after: BTreeSet<String> = series(&text)
+        .into_iter()
+        .flat_map(|(_, labels)| labels.into_values())
+        .collect();
+    let new: Vec<&String> = after.difference(&before).collect();
+    assert!(
+        new.is_empty(),
+        "label values that appeared with traffic: {new:?}"
+    );
+}
