@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The chart's memory limit against what idem holds at the chart's defaults.
+
+    python3 bench/chart_memory.py [--bin-dir target/release] [--intents 6000]
+                                  [--answer-bytes 10240] [--connections 1000]
+
+Runs the release idem with the memory bounds of helm/idem/values.yaml
+(`max_connections: 1024`, `max_buffered_bytes: 32MiB`, `store.memory.max_records: 20000`,
+`store.memory.max_bytes: 40MiB`) in front of idem-bench-upstream, and reads idem's RSS
+(`VmRSS`, and the peak `VmHWM`) after each load:
+
+1. started, no traffic;
+2. `--intents` fresh intents whose answers are `--answer-bytes` each (by default 6000 ×
+   10 KiB = 60 MiB of answers, past `max_bytes`: the store must evict, not grow);
+3. `--connections` open keep-alive connections, each after one request.
+
+Prints one line per step; the chart's limit is 192Mi (docs/kubernetes.md quotes the run).
+"""
+import argparse
+import concurrent.futures
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing listens on {port}")
+
+
+def request(port, path, headers, keep=None):
+    """One HTTP/1.1 POST; returns the status. `keep`: a list to keep the socket open in."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = f"POST {path} HTTP/1.1\r\nhost: idem\r\ncontent-length: 2\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    s.sendall((head + "\r\n{}").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    status = int(data.split(b" ", 2)[1]) if data else 0
+    length = 0
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    body = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
+    while len(body) < length:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    if keep is None:
+        s.close()
+    else:
+        keep.append(s)
+    return status
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", default="target/release")
+    ap.add_argument("--intents", type=int, default=6000)
+    ap.add_argument("--answer-bytes", type=int, default=10240)
+    ap.add_argument("--connections", type=int, default=1000)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="idem-chart-memory-")
+    up_port, port, admin = free_port(), free_port(), free_port()
+    upstream = subprocess.Popen(
+        [os.path.join(args.bin_dir, "idem-bench-upstream"), "--listen", f"127.0.0.1:{up_port}"],
+        stdout=subprocess.DEVNULL)
+    config = os.path.join(work, "idem.yaml")
+    with open(config, "w") as f:
+        f.write(f"""listen: 127.0.0.1:{port}
+admin:
+  listen: 127.0.0.1:{admin}
+server:
+  max_connections: 1024
+  max_buffered_bytes: 32MiB
+  body_read_timeout: 10s
+upstream:
+  url: http://127.0.0.1:{up_port}
+  timeout: 30s
+store:
+  backend: memory
+  memory:
+    max_records: 20000
+    max_bytes: 40MiB
+default: passthrough
+routes:
+  - name: idempotency_key_header
+    methods: [POST, PUT, PATCH, DELETE]
+    path: "/{{path*}}"
+    key: "{{header.idempotency-key}}"
+    require_key: false
+""")
+    idem = subprocess.Popen([os.path.join(args.bin_dir, "idem"), "serve", "--config", config],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(up_port)
+        wait_port(port)
+        time.sleep(0.5)
+
+        def show(step):
+            rss, peak = status_kib(idem.pid, "VmRSS"), status_kib(idem.pid, "VmHWM")
+            print(f"{step:<58} RSS {rss / 1024:6.1f} MiB   peak {peak / 1024:6.1f} MiB", flush=True)
+
+        show("started")
+        pad = {"x-bench-body-bytes": str(args.answer_bytes)}
+
+        def fresh(i):
+            return request(port, "/charge", {"idempotency-key": f"intent-{i}", **pad})
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(fresh, range(args.intents)))
+        bad = sum(1 for s in statuses if s != 201)
+        show(f"{args.intents} intents x {args.answer_bytes} B answers ({bad} not 201)")
+        kept = []
+        for i in range(args.connections):
+            request(port, "/charge", {"idempotency-key": f"conn-{i}"}, keep=kept)
+        show(f"{len(kept)} open keep-alive connections too")
+        for s in kept:
+            s.close()
+    finally:
+        idem.terminate()
+        upstream.terminate()
+        idem.wait(10)
+        upstream.wait(10)
+
+
+if __name__ == "__main__":
+    main()
