@@ -56,9 +56,9 @@ struct Shared {
     len: AtomicUsize,
     max: usize,
     /// What the records hold together ([`shard::footprint`]), kept by the shards, and
-    /// its bound: reservations make room past it, and a completion makes room for its
-    /// response before it is stored. A completion is never refused (its call ran), so
-    /// the sum can pass `max_bytes` by the responses being stored at that moment, which
+    /// its bound: a reservation makes room before it is stored, a completion right
+    /// after. A completion is never refused (its call ran), so the sum can pass
+    /// `max_bytes` by the responses being stored at that moment, which
     /// `server.max_buffered_bytes` bounds.
     bytes: Arc<AtomicUsize>,
     max_bytes: usize,
@@ -147,17 +147,19 @@ impl MemoryStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        // A completion's response may not fit: room is made first, without the key's
-        // shard held (eviction locks the others); it is stored either way.
-        let size = shard::footprint(record);
-        if !self.shared.fits(size) {
-            self.shared.make_room(size);
-        }
         let claim = Claim {
             owner,
             window: None,
         };
         let replaced = self.fenced(key, Write::ReplaceIfOwner, &claim, record, ttl);
+        // A completion is stored whether its response fits or not (its call ran); past
+        // `max_bytes`, room is made now, without the key's shard held (eviction locks
+        // the others), from the completed records that expire before this one.
+        for _ in 0..ROOM_ATTEMPTS {
+            if self.shared.fits(0) || !self.shared.make_room(0) {
+                break;
+            }
+        }
         if replaced && notify {
             self.shared.watchers.notify(key);
         }
