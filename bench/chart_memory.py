@@ -14,6 +14,9 @@ Runs the release idem with the memory bounds of helm/idem/values.yaml
    10 KiB = 60 MiB of answers, past `max_bytes`: the store must evict, not grow);
 3. `--connections` open keep-alive connections, each after one request.
 
+`--no-max-bytes` runs a build from before `store.memory.max_bytes` (its records bounded
+by count alone).
+
 Prints one line per step; the chart's limit is 192Mi (docs/kubernetes.md quotes the run).
 """
 import argparse
@@ -88,6 +91,8 @@ def main():
     ap.add_argument("--intents", type=int, default=6000)
     ap.add_argument("--answer-bytes", type=int, default=10240)
     ap.add_argument("--connections", type=int, default=1000)
+    ap.add_argument("--no-max-bytes", action="store_true",
+                    help="leave store.memory.max_bytes out (a build before it existed)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="idem-chart-memory-")
     up_port, port, admin = free_port(), free_port(), free_port()
@@ -95,6 +100,7 @@ def main():
         [os.path.join(args.bin_dir, "idem-bench-upstream"), "--listen", f"127.0.0.1:{up_port}"],
         stdout=subprocess.DEVNULL)
     config = os.path.join(work, "idem.yaml")
+    max_bytes = "" if args.no_max_bytes else "    max_bytes: 40MiB\n"
     with open(config, "w") as f:
         f.write(f"""listen: 127.0.0.1:{port}
 admin:
@@ -110,8 +116,7 @@ store:
   backend: memory
   memory:
     max_records: 20000
-    max_bytes: 40MiB
-default: passthrough
+{max_bytes}default: passthrough
 routes:
   - name: idempotency_key_header
     methods: [POST, PUT, PATCH, DELETE]
