@@ -28,30 +28,8 @@ import sys
 import tempfile
 import time
 
-
-def status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing listens on {port}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import free_port, status_kib, wait_port  # noqa: E402
 
 
 def request(port, path, headers, keep=None):
@@ -127,8 +105,8 @@ routes:
     idem = subprocess.Popen([os.path.join(args.bin_dir, "idem"), "serve", "--config", config],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(up_port)
-        wait_port(port)
+        wait_port(up_port, 20.0)
+        wait_port(port, 20.0)
         time.sleep(0.5)
 
         def show(step):
