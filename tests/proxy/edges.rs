@@ -28,6 +28,26 @@ const THIEF: &str = "Bearer thief-t0ken";
 
 const CHARGE: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n";
 
+/// The idem binary on the memory store in front of `upstream`: `server` holds the lines
+/// of the `server:` section ("" for none), `timeout` is the upstream's, `rest` the
+/// routes and what follows them.
+pub(super) async fn on_memory(
+    upstream: &MockUpstream,
+    server: &str,
+    timeout: &str,
+    rest: &str,
+) -> IdemProcess {
+    let server = match server {
+        "" => String::new(),
+        lines => format!("server:\n{lines}"),
+    };
+    let yaml = format!(
+        "{server}upstream:\n  url: {}\n  timeout: {timeout}\nstore:\n  backend: memory\n{rest}",
+        upstream.url()
+    );
+    IdemProcess::spawn(&yaml).await
+}
+
 // === §1 unsealed records and replayed credential headers ===
 
 /// `env`'s store with `encryption` (YAML under `store.encryption`, or none) and the
@@ -179,11 +199,7 @@ async fn a_replay_never_carries_credential_headers_whatever_the_record_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strangers_refused_call_does_not_lock_the_owner_out() {
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(&upstream, "", "5s", CHARGE).await;
     for (n, status) in ["401", "403", "407"].into_iter().enumerate() {
         let u = idem.url(&format!("/invoices/inv_{n}/charge"));
         let stranger = post(
@@ -336,11 +352,7 @@ fn mcp_call(id: &str, tool: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{MCP}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(&upstream, "", "5s", MCP).await;
     let u = idem.url("/mcp");
     let json = [("content-type", "application/json")];
     for headers in [

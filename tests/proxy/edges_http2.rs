@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
+use super::edges::on_memory;
 use crate::support;
-use support::harness::{send, IdemProcess};
+use support::harness::send;
 use support::upstream::MockUpstream;
 
 const CHARGE: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n";
@@ -63,11 +64,7 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_http2_connections_are_closed() {
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  header_read_timeout: 1s\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(&upstream, "  header_read_timeout: 1s\n", "5s", CHARGE).await;
     let within = Duration::from_secs(5);
     // Preface, then no request.
     let (_sender, ended) = h2c(idem.addr()).await.unwrap();
@@ -100,11 +97,7 @@ async fn idle_http2_connections_are_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_and_http2_off_refuse_h2c() {
     let upstream = MockUpstream::start().await;
-    let base = format!(
-        "upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let on = IdemProcess::spawn(&base).await;
+    let on = on_memory(&upstream, "", "5s", CHARGE).await;
     let healthz = on.admin_url("/healthz");
     let refused = match h2c(on.admin_addr()).await {
         Ok((mut sender, _)) => h2_get(&mut sender, &healthz).await.is_err(),
@@ -115,7 +108,7 @@ async fn the_admin_listener_and_http2_off_refuse_h2c() {
     let (mut sender, _) = h2c(on.addr()).await.unwrap();
     assert_eq!(h2_get(&mut sender, &on.url("/status")).await.unwrap(), 201);
 
-    let off = IdemProcess::spawn(&format!("server:\n  http2: false\n{base}")).await;
+    let off = on_memory(&upstream, "  http2: false\n", "5s", CHARGE).await;
     let u = off.url("/status");
     let refused = match h2c(off.addr()).await {
         Ok((mut sender, _)) => h2_get(&mut sender, &u).await.is_err(),
@@ -209,12 +202,8 @@ fn get_headers(path: &str, name: &str, value: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_advertises_its_stream_limit() {
     let upstream = MockUpstream::start().await;
-    for (server, want) in [("", 100), ("server:\n  http2_max_streams: 7\n", 7)] {
-        let yaml = format!(
-            "{server}upstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-            upstream.url()
-        );
-        let idem = IdemProcess::spawn(&yaml).await;
+    for (server, want) in [("", 100), ("  http2_max_streams: 7\n", 7)] {
+        let idem = on_memory(&upstream, server, "5s", CHARGE).await;
         let mut h2 = RawH2::connect(idem.addr()).await;
         let (_, settings) = tokio::time::timeout(ANSWER_WITHIN, h2.until(SETTINGS))
             .await
@@ -235,11 +224,13 @@ async fn the_server_advertises_its_stream_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_stops_answering_pings_is_dropped() {
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  header_read_timeout: 1s\nupstream:\n  url: {}\n  timeout: 60s\nstore:\n  backend: memory\ndefault: passthrough\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(
+        &upstream,
+        "  header_read_timeout: 1s\n",
+        "60s",
+        &format!("default: passthrough\n{CHARGE}"),
+    )
+    .await;
     let mut h2 = RawH2::connect(idem.addr()).await;
     // END_STREAM | END_HEADERS: a GET the upstream answers in 30 s.
     let headers = get_headers("/slow", "x-mock-delay-ms", "30000");

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use super::edges::on_memory;
 use crate::support;
-use support::harness::{metric_sum, post, send, IdemProcess};
+use support::harness::{metric_sum, post, send};
 use support::upstream::MockUpstream;
 
 const CHARGE: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n";
@@ -19,11 +20,13 @@ const CHARGE: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id
 async fn buffered_bodies_share_one_budget() {
     use tokio::io::AsyncWriteExt;
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  max_buffered_bytes: 2KiB\n  body_read_timeout: 1s\nupstream:\n  url: {}\n  timeout: 60s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(
+        &upstream,
+        "  max_buffered_bytes: 2KiB\n  body_read_timeout: 1s\n",
+        "60s",
+        CHARGE,
+    )
+    .await;
     // Two stalled bodies of 1000 declared bytes: 100 sent, the rest never.
     let mut stalled = Vec::new();
     for n in 0..2 {
@@ -82,11 +85,7 @@ fn a_body_read_timeout_longer_than_the_upstreams_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_responses_do_not_hold_the_budget() {
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  max_buffered_bytes: 2KiB\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(&upstream, "  max_buffered_bytes: 2KiB\n", "5s", CHARGE).await;
     let big = [("x-mock-body-bytes", "600")];
     for n in 0..10 {
         let u = idem.url(&format!("/invoices/big_{n}/charge"));
@@ -114,11 +113,7 @@ async fn stored_responses_do_not_hold_the_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_copy_past_the_budget_is_not_stored_and_counted() {
     let upstream = MockUpstream::start().await;
-    let yaml = format!(
-        "server:\n  max_buffered_bytes: 2KiB\nupstream:\n  url: {}\n  timeout: 5s\nstore:\n  backend: memory\n{CHARGE}",
-        upstream.url()
-    );
-    let idem = IdemProcess::spawn(&yaml).await;
+    let idem = on_memory(&upstream, "  max_buffered_bytes: 2KiB\n", "5s", CHARGE).await;
     let u = idem.url("/invoices/huge/charge");
     let big = [("x-mock-body-bytes", "3000")];
     let first = post(&u, &big, "{}").await;
