@@ -46,6 +46,7 @@ pub use crate::store::config::{
     RedisModeName, StoreBackend, StoreConfig,
 };
 pub use crate::traces::TelemetryConfig;
+pub use crate::upstream::config::UpstreamConfig;
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};
 pub use sections::{parse_listen, parse_upstream_url, parse_workers};
@@ -57,7 +58,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method, Uri};
+use http::{HeaderName, Method};
 
 use crate::path::PathTemplate;
 use crate::template::{FieldPath, Template};
@@ -129,15 +130,6 @@ pub struct AdminConfig {
     /// Without a token: `Host` names served besides `localhost` and IP literals (the
     /// DNS-rebinding guard, `admin/guard.rs`), lowercase.
     pub allowed_hosts: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct UpstreamConfig {
-    /// `http://host:port` or `https://host:port` (no path other than `/`).
-    pub url: Uri,
-    pub connect_timeout: Duration,
-    /// Until the response head; each body read is bounded by it too.
-    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]

@@ -8,6 +8,7 @@
 //! whether that is safe is the caller's decision (the pipeline's ambiguous outcome).
 
 mod body;
+pub mod config;
 mod conn;
 mod gate;
 mod pool;
@@ -26,7 +27,7 @@ use conn::{Conn, SendFailure};
 pub use gate::{Closed, SendGate};
 use pool::Pool;
 
-use crate::config::UpstreamConfig;
+use self::config::UpstreamConfig;
 
 /// Idle keep-alive connections kept open to the upstream, at most.
 const MAX_IDLE: usize = 1024;
