@@ -91,7 +91,8 @@ async fn charge(p: &IdemProcess, id: &str) -> support::harness::Resp {
     post(&u, &[("authorization", VICTIM)], "{}").await
 }
 
-async fn metrics(p: &IdemProcess) -> String {
+/// The admin listener's `/metrics` page.
+pub(super) async fn metrics(p: &IdemProcess) -> String {
     send("GET", &p.admin_url("/metrics"), &[], "").await.text()
 }
 

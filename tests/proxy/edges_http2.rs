@@ -92,6 +92,14 @@ async fn idle_http2_connections_are_closed() {
         .is_err());
 }
 
+/// Whether an h2c GET of `uri` at `addr` fails: the handshake or the request.
+async fn h2c_refused(addr: std::net::SocketAddr, uri: &str) -> bool {
+    match h2c(addr).await {
+        Ok((mut sender, _)) => h2_get(&mut sender, uri).await.is_err(),
+        Err(_) => true,
+    }
+}
+
 /// The admin listener speaks HTTP/1.1 only; `server.http2: false` turns h2c off on the
 /// main listener, whose HTTP/1.1 keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,22 +107,20 @@ async fn the_admin_listener_and_http2_off_refuse_h2c() {
     let upstream = MockUpstream::start().await;
     let on = on_memory(&upstream, "", "5s", CHARGE).await;
     let healthz = on.admin_url("/healthz");
-    let refused = match h2c(on.admin_addr()).await {
-        Ok((mut sender, _)) => h2_get(&mut sender, &healthz).await.is_err(),
-        Err(_) => true,
-    };
-    assert!(refused, "h2c on the admin listener");
+    assert!(
+        h2c_refused(on.admin_addr(), &healthz).await,
+        "h2c on the admin listener"
+    );
     assert_eq!(send("GET", &healthz, &[], "").await.status, 200);
     let (mut sender, _) = h2c(on.addr()).await.unwrap();
     assert_eq!(h2_get(&mut sender, &on.url("/status")).await.unwrap(), 201);
 
     let off = on_memory(&upstream, "  http2: false\n", "5s", CHARGE).await;
     let u = off.url("/status");
-    let refused = match h2c(off.addr()).await {
-        Ok((mut sender, _)) => h2_get(&mut sender, &u).await.is_err(),
-        Err(_) => true,
-    };
-    assert!(refused, "h2c with server.http2: false");
+    assert!(
+        h2c_refused(off.addr(), &u).await,
+        "h2c with server.http2: false"
+    );
     assert_eq!(send("GET", &u, &[], "").await.status, 201);
 }
 

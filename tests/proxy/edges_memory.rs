@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::edges::on_memory;
+use super::edges::{metrics, on_memory};
 use crate::support;
-use support::harness::{metric_sum, post, send};
+use support::harness::{metric_sum, post};
 use support::upstream::MockUpstream;
 
 const CHARGE: &str = "routes:\n  - name: charge\n    path: /invoices/{invoice_id}/charge\n    key: \"charge:{path.invoice_id}\"\n";
@@ -45,9 +45,7 @@ async fn buffered_bodies_share_one_budget() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.code(), "overloaded");
     assert_eq!(r.header("retry-after"), Some("1"));
-    let m = send("GET", &idem.admin_url("/metrics"), &[], "")
-        .await
-        .text();
+    let m = metrics(&idem).await;
     assert_eq!(metric_sum(&m, "idem_overloaded_requests_total"), 1.0, "{m}");
     assert_eq!(upstream.total_executions(), 0);
     // The stalled bodies end at body_read_timeout (1 s), their share comes back, long
@@ -95,9 +93,7 @@ async fn stored_responses_do_not_hold_the_budget() {
         assert!(again.replayed(), "{n}: {} {}", again.status, again.text());
         assert_eq!(again.body.len(), 600);
     }
-    let m = send("GET", &idem.admin_url("/metrics"), &[], "")
-        .await
-        .text();
+    let m = metrics(&idem).await;
     assert_eq!(
         metric_sum(&m, "idem_overloaded_responses_total"),
         0.0,
@@ -123,9 +119,7 @@ async fn a_response_copy_past_the_budget_is_not_stored_and_counted() {
     assert_eq!(again.status, 409, "{}", again.text());
     assert_eq!(again.code(), "response_not_stored");
     assert_eq!(upstream.executions("charge:huge"), 1);
-    let m = send("GET", &idem.admin_url("/metrics"), &[], "")
-        .await
-        .text();
+    let m = metrics(&idem).await;
     assert_eq!(
         metric_sum(&m, "idem_overloaded_responses_total"),
         1.0,
