@@ -42,7 +42,9 @@ def replace_if_owner_source():
         text = f.read()
 
     def const(name):
-        m = re.search(r'const %s: &str = r(#?)"(.*?)"\1;' % name, text, re.S)
+        """A `const NAME: &str = r"…";`, or a fenced write's `Body { lua: r"…", … }`."""
+        m = re.search(r'const %s: (?:&str = |Body = Body \{\s*lua: )r(#?)"(.*?)"\1[;,]' % name,
+                      text, re.S)
         if not m:
             sys.exit(f"{name} not found in {path}")
         return m.group(2)

@@ -15,6 +15,16 @@ pub(super) struct Claim<'a> {
     pub window: Option<Duration>,
 }
 
+impl<'a> Claim<'a> {
+    /// The claim of a write that carries no key window.
+    pub(super) fn of(owner: &'a Token) -> Claim<'a> {
+        Claim {
+            owner,
+            window: None,
+        }
+    }
+}
+
 /// Whether the live `entry` passes every condition of `write`'s row at `now_ms`.
 pub(super) fn admits(write: Write, entry: &Entry, claim: &Claim<'_>, now_ms: u64) -> bool {
     write

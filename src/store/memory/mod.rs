@@ -147,10 +147,7 @@ impl MemoryStore {
         ttl: Duration,
         notify: bool,
     ) -> Result<bool, StoreError> {
-        let claim = Claim {
-            owner,
-            window: None,
-        };
+        let claim = Claim::of(owner);
         let replaced = self.fenced(key, Write::ReplaceIfOwner, &claim, record, ttl);
         // A completion is stored whether its response fits or not (its call ran); past
         // `max_bytes`, room is made now, without the key's shard held (eviction locks
@@ -193,10 +190,7 @@ impl MemoryStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let claim = Claim {
-            owner,
-            window: None,
-        };
+        let claim = Claim::of(owner);
         Ok(self.fenced(key, Write::Renew, &claim, record, ttl))
     }
 
@@ -237,10 +231,7 @@ impl MemoryStore {
         {
             let mut shard = self.shared.shard(key);
             let now = Instant::now();
-            let claim = Claim {
-                owner,
-                window: None,
-            };
+            let claim = Claim::of(owner);
             let admitted = |e: &Entry| {
                 fence::admits(Write::ReleaseIfOwner, e, &claim, self.shared.clock.at(now))
             };

@@ -53,22 +53,29 @@ impl Scripts {
         };
         Scripts {
             reserve: script(&format!("{REPLAYED}{FIELD}{CLOCK}{INDEX}{RESERVE}")),
-            replace_if_owner: script(&fenced(Write::ReplaceIfOwner, REPLACE)),
-            take_over: script(&fenced(Write::TakeOver, REPLACE)),
-            renew: script(&fenced(Write::Renew, REPLACE)),
-            release_if_owner: script(&fenced(Write::ReleaseIfOwner, RELEASE)),
+            replace_if_owner: script(&fenced(Write::ReplaceIfOwner, &REPLACE)),
+            take_over: script(&fenced(Write::TakeOver, &REPLACE)),
+            renew: script(&fenced(Write::Renew, &REPLACE)),
+            release_if_owner: script(&fenced(Write::ReleaseIfOwner, &RELEASE)),
             delete: script(&format!("{FIELD}{INDEX}{DELETE}")),
         }
     }
 }
 
+/// What a fenced write does once its guards passed, and whether that reads the
+/// server's clock (`stamp` does; a delete does not).
+struct Body {
+    lua: &'static str,
+    reads_clock: bool,
+}
+
 /// A fenced write's script: read the record once into `current`, check each condition
 /// of the write's row in `idem_fence::FENCES` (one [`guard`] each, in the table's
 /// order), then `body`. The helpers come first; `CLOCK` only where a condition or the
-/// write reads the server's clock (a release never does).
-fn fenced(write: Write, body: &str) -> String {
+/// body reads the server's clock.
+fn fenced(write: Write, body: &Body) -> String {
     let requires = write.requires();
-    let clock = write != Write::ReleaseIfOwner || requires.iter().any(|c| c.reads_clock());
+    let clock = body.reads_clock || requires.iter().any(|c| c.reads_clock());
     let mut source = String::from(FIELD);
     if clock {
         source.push_str(CLOCK);
@@ -78,7 +85,7 @@ fn fenced(write: Write, body: &str) -> String {
     for condition in requires {
         source.push_str(guard(*condition));
     }
-    source.push_str(body);
+    source.push_str(body.lua);
     source
 }
 
@@ -230,7 +237,8 @@ return now()
 /// own clock's estimate, and a renewal or an ended lease under clock skew would move the
 /// key window); `ARGV[8]` the key window of a takeover (see [`guard`]). Returns 1 if
 /// replaced (0, from a guard, if refused).
-const REPLACE: &str = r"local record, lease_end = stamp(ARGV[2], ARGV[6], ARGV[7])
+const REPLACE: Body = Body {
+    lua: r"local record, lease_end = stamp(ARGV[2], ARGV[6], ARGV[7])
 if ARGV[7] ~= '1' then
   record = keep_sent(record, current)
 end
@@ -240,7 +248,9 @@ if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return 1
-";
+",
+    reads_clock: true,
+};
 
 /// `digits(record, '"name":')`: the first and last byte of the number of the field `name`
 /// in the record's metadata line (from byte 35, before the first newline, where every
@@ -308,11 +318,14 @@ end
 /// The write of `release_if_owner`, once its guard passed: `KEYS[1]` store key;
 /// `ARGV[1]` owner token hex; `ARGV[2]` channel; `ARGV[3]` message. Returns 1 if
 /// deleted (and published).
-const RELEASE: &str = r"redis.call('DEL', KEYS[1])
+const RELEASE: Body = Body {
+    lua: r"redis.call('DEL', KEYS[1])
 index(nil, KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
-";
+",
+    reads_clock: false,
+};
 
 /// Admin delete: `KEYS[1]` store key; `ARGV[1]` channel; `ARGV[2]` message. Returns 1
 /// if a record existed (and watchers were notified), else 0.
