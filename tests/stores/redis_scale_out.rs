@@ -333,8 +333,9 @@ struct Figures {
     failed: usize,
     /// Executed more than once after every intent was sent once more.
     executed_twice: usize,
-    /// Answered 2xx after the fault, but a repeat did not replay that answer.
-    not_replayed_after_fault: usize,
+    /// Answered 2xx after the fault, but a repeat did not replay that answer: each with
+    /// what its repeat was answered.
+    not_replayed_after_fault: Vec<String>,
     /// From the fault to the answer of the last failed request.
     outage: Duration,
     /// From the fault until the store had switched (promotion seen by the test).
@@ -478,7 +479,7 @@ async fn load_through(
     });
     let repeats = join_all(repeats).await;
     let mut lost_before_fault = Vec::new();
-    let mut not_replayed_after_fault = 0;
+    let mut not_replayed_after_fault = Vec::new();
     for (s, repeat) in &repeats {
         let first = match &s.answer {
             Ok(r) if r.status == 201 => r,
@@ -505,7 +506,7 @@ async fn load_through(
                 first.text()
             ));
         } else {
-            not_replayed_after_fault += 1;
+            not_replayed_after_fault.push(format!("f{}: repeat {seen}", s.intent));
         }
     }
     assert!(
@@ -568,7 +569,7 @@ async fn sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
     let figures = sentinel_failover(Switch::Killed, 1).await;
     eprintln!("sentinel, master killed, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
-    assert_eq!(figures.not_replayed_after_fault, 0, "{figures:?}");
+    assert!(figures.not_replayed_after_fault.is_empty(), "{figures:#?}");
 }
 
 /// The same kill without `wait_replicas`: the figures are reported, not asserted
@@ -587,7 +588,7 @@ async fn sentinel_planned_failover_with_wait_replicas_runs_nothing_twice() {
     let figures = sentinel_failover(Switch::Planned, 1).await;
     eprintln!("sentinel, SENTINEL FAILOVER, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
-    assert_eq!(figures.not_replayed_after_fault, 0, "{figures:?}");
+    assert!(figures.not_replayed_after_fault.is_empty(), "{figures:#?}");
 }
 
 /// The planned failover without `wait_replicas`, for the figures in docs/reliability.md
@@ -607,7 +608,7 @@ async fn tls_sentinel_master_killed_with_wait_replicas_runs_nothing_twice() {
     let figures = sentinel_failover_on(Switch::Killed, 1, Some(&pki)).await;
     eprintln!("sentinel over TLS, master killed, wait_replicas 1: {figures:?}");
     assert_eq!(figures.executed_twice, 0, "{figures:?}");
-    assert_eq!(figures.not_replayed_after_fault, 0, "{figures:?}");
+    assert!(figures.not_replayed_after_fault.is_empty(), "{figures:#?}");
 }
 
 /// A planned switch with no traffic (nothing fails, so nothing makes idem suspect):
@@ -688,11 +689,13 @@ async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&P
         ),
         None => sentinel(&set, wait_replicas),
     };
-    // A completion that failed at the switch is retried until its lease ends; over TLS
-    // the new master took up to 5.5 s to acknowledge writes again (its other replica
-    // resyncing over TLS), past a 5 s lease, and a repeat then ran again (by design, with
-    // the same upstream key). The lease must outlast the failover.
-    let lease = if tls.is_some() { "15s" } else { "5s" };
+    // A completion that failed at the switch is retried until its lease ends, and the
+    // new master acknowledges writes only once its other replica has resynced: over TLS
+    // that took up to 5.5 s, and in CI under load also past 5 s without TLS (stop 51:
+    // one intent answered during the switch was not replayed). Past the lease a repeat
+    // runs again (by design, with the same upstream key), so the lease must outlast the
+    // failover: 15 s for every variant.
+    let lease = "15s";
     let upstream = MockUpstream::start().await;
     let idems = replicas(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(set));
