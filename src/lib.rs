@@ -68,6 +68,7 @@ pub mod metrics;
 #[cfg(test)]
 mod panic_watch;
 pub mod path;
+pub mod policy;
 pub mod proxy;
 pub mod route;
 pub mod server;

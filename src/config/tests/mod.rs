@@ -12,6 +12,7 @@ mod mcp;
 mod rules;
 
 pub(super) use super::*;
+pub(super) use http::Method;
 
 pub(super) const MINIMAL: &str = "upstream:\n  url: http://127.0.0.1:3000\n";
 
