@@ -1,16 +1,17 @@
 //! Typed, validated configuration.
 //!
 //! Pipeline: YAML text → a positioned node tree (`yaml.rs`) → one walk that reads every
-//! field, expands `${VAR}` in string values (`env.rs`), parses units (`units.rs`) and
+//! field, expands `${VAR}` in string values (`env.rs`), parses units (`crate::units`) and
 //! checks cross-field rules (`validate.rs`), collecting every error with its file, line,
 //! column and field path (`error.rs`) → [`Config`]. Nothing downstream ever sees a string
-//! that still needs parsing: durations are [`Duration`], sizes are `usize`, templates are
+//! that still needs parsing: durations are [`Duration`](std::time::Duration), sizes are `usize`, templates are
 //! compiled.
 //!
-//! The types are their parts': the store's (`store/config.rs`), the traces', the
-//! upstream client's (`upstream/config.rs`), the server's (`server/config.rs`), the admin
-//! listener's (`admin/config.rs`) and the routes' (`policy/`). This module builds them
-//! and re-exports them; no part imports it, so it sits above all of them.
+//! The types are their parts': the store's (`store/config.rs`), the traces'
+//! (`traces/mod.rs`), the upstream client's (`upstream/config.rs`), the server's
+//! (`server/config.rs`), the admin listener's (`admin/config.rs`) and the routes'
+//! (`policy/`). This module builds and re-exports them; no part imports it, so it sits
+//! above all of them.
 //!
 //! A route setting comes from the route itself, else `defaults:`, else the built-in
 //! default (`defaults.rs`). [`Config::for_upstream`] is the no-config setup.
@@ -21,7 +22,7 @@
 //! - `sections.rs`: `listen`, `server`, `admin`, `upstream`, `store`; `telemetry.rs`: `telemetry`.
 //! - `routes.rs`, `policy.rs`, `values.rs`: `defaults:` and `routes:`.
 //! - `validate.rs`: cross-field and cross-route checks; `table.rs`: `idem check` output.
-//! - `choice.rs`: enum spellings; `units.rs`: durations and sizes; `env.rs`: `${VAR}`.
+//! - `choice.rs`: enum spellings; `env.rs`: `${VAR}`.
 
 mod breaker;
 mod choice;
@@ -36,7 +37,6 @@ mod routes;
 mod sections;
 mod table;
 mod telemetry;
-mod units;
 mod validate;
 mod values;
 mod walk;
@@ -55,11 +55,11 @@ pub use crate::store::config::{
     RedisModeName, StoreBackend, StoreConfig,
 };
 pub use crate::traces::TelemetryConfig;
+pub use crate::units::{format_duration, format_size, parse_duration, parse_size};
 pub use crate::upstream::config::UpstreamConfig;
 pub use env::{expand as expand_env, EnvError};
 pub use error::{ConfigError, ConfigErrors, Pos};
 pub use sections::{parse_listen, parse_upstream_url, parse_workers};
-pub use units::{format_duration, format_size, parse_duration, parse_size};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
