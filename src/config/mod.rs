@@ -4,8 +4,8 @@
 //! field, expands `${VAR}` in string values (`env.rs`), parses units (`crate::units`) and
 //! checks cross-field rules (`validate.rs`), collecting every error with its file, line,
 //! column and field path (`error.rs`) → [`Config`]. Nothing downstream ever sees a string
-//! that still needs parsing: durations are [`Duration`](std::time::Duration), sizes are `usize`, templates are
-//! compiled.
+//! that still needs parsing: durations are [`Duration`](std::time::Duration), sizes are
+//! `usize`, templates are compiled.
 //!
 //! The types are their parts': the store's (`store/config.rs`), the traces'
 //! (`traces/mod.rs`), the upstream client's (`upstream/config.rs`), the server's
