@@ -19,6 +19,7 @@ use strum::{Display, EnumString, VariantNames};
 use crate::path::PathTemplate;
 use crate::template::{FieldPath, Template};
 
+/// `default:` — what happens to a request no route matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
 #[strum(serialize_all = "snake_case")]
 pub enum DefaultAction {
