@@ -165,7 +165,7 @@ pub fn unknown_table(listing: &Value) -> String {
         (Some(now), Some(t)) => {
             let secs = now.duration_since(t).map_or(0, |d| d.as_secs());
             // The config's own duration grammar (`9m30s`), the one idem writes everywhere.
-            let age = crate::config::format_duration(std::time::Duration::from_secs(secs));
+            let age = crate::units::format_duration(std::time::Duration::from_secs(secs));
             format!("{age} ago")
         }
         _ => "-".to_owned(),

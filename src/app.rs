@@ -10,8 +10,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
-use crate::config::{Config, StoreBackend, StoreConfig};
-use crate::proxy::Control;
+use crate::config::Config;
+use crate::proxy::{Control, ProxyConfig, Reloaded};
+use crate::store::config::{StoreBackend, StoreConfig};
 use crate::store::{Sealing, SharedStore};
 use crate::{traces, workers};
 
@@ -59,7 +60,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         control,
         stores,
         done: serving,
-    } = workers::start(listener, config, shared, stopped, traces).await?;
+    } = workers::start(
+        listener,
+        &config.server,
+        proxy_config(config),
+        shared,
+        stopped,
+        traces,
+    )
+    .await?;
     let admin = Arc::new(Admin {
         control: control.clone(),
         stores,
@@ -101,6 +110,28 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     })
 }
 
+/// The proxy's part of `config`: the upstream, the server's body limits, and what a
+/// reload swaps.
+fn proxy_config(config: &Config) -> ProxyConfig {
+    ProxyConfig {
+        upstream: config.upstream.clone(),
+        body_read_timeout: config.server.body_read_timeout(&config.upstream),
+        max_buffered_bytes: config.server.max_buffered_bytes,
+        reloaded: reloaded(config),
+    }
+}
+
+/// What a reload of `config` swaps: the routes, the default action, `store.on_error`
+/// and the `store.encryption` keys.
+fn reloaded(config: &Config) -> Reloaded {
+    Reloaded {
+        routes: config.routes.clone(),
+        default: config.default,
+        on_store_error: config.store.on_error,
+        encryption: config.store.encryption.clone(),
+    }
+}
+
 /// How long `/readyz` waits for the store's ping: the backend's own `op_timeout`, and at
 /// least 250 ms so a probe does not flap on a busy node.
 pub fn readiness_timeout(store: &StoreConfig) -> Duration {
@@ -113,7 +144,7 @@ pub fn readiness_timeout(store: &StoreConfig) -> Duration {
 impl Running {
     /// Swap in a new configuration's routes and keys; on an error nothing changes.
     pub fn reload(&self, config: &Config) -> Result<u64, String> {
-        self.control.reload(config)
+        self.control.reload(reloaded(config))
     }
 
     /// Drain and stop; `true` when everything finished within `shutdown_grace`.

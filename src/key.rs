@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use percent_encoding::{utf8_percent_encode, CONTROLS};
 
 use crate::body::BodyView;
-use crate::config::{BodyFingerprint, FingerprintSpec, KeyFormat, RoutePolicy};
+use crate::policy::{BodyFingerprint, FingerprintSpec, KeyFormat, RoutePolicy};
 use crate::store_key::Prefixed;
 pub use crate::store_key::{hash_fields, KeyMap, StoreKey};
 use crate::template::{self, RenderError, RequestView};

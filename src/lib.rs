@@ -7,6 +7,9 @@
 //!   the pipeline.
 //! - [`config`]: YAML → typed, validated [`config::Config`]; a field's name is written
 //!   once, where its section reads it (`config/walk.rs` reports the fields nobody read).
+//!   The types it builds are their parts' own (e.g. `server/config.rs`); [`policy`]: a
+//!   route's, read by the proxy, the key derivation and the route table; [`units`]:
+//!   durations and sizes as the file writes them.
 //! - [`path`]: the path-template language (`/invoices/{id}`); [`route`]: the route table
 //!   built from it (matching only).
 //! - [`template`], [`key`], [`canonical`], [`body`]: pure key and fingerprint derivation.
@@ -68,6 +71,7 @@ pub mod metrics;
 #[cfg(test)]
 mod panic_watch;
 pub mod path;
+pub mod policy;
 pub mod proxy;
 pub mod route;
 pub mod server;
@@ -80,6 +84,7 @@ pub mod terminal;
 pub mod time_bound;
 pub mod tls;
 pub mod traces;
+pub mod units;
 pub mod upstream;
 pub mod vocabulary;
 pub mod workers;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use http::Method;
 
-use crate::config::RoutePolicy;
 use crate::path::Captures;
+use crate::policy::RoutePolicy;
 
 /// Routes in order; the first match wins.
 #[derive(Debug, Clone, Default)]

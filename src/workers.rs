@@ -18,10 +18,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 
-use crate::config::Config;
 use crate::metrics::{Metrics, WorkerLabels};
-use crate::proxy::Control;
-use crate::server;
+use crate::proxy::{Control, ProxyConfig};
+use crate::server::{self, config::ServerConfig};
 use crate::store::SharedStore;
 use crate::store::{Store, StoreError};
 
@@ -54,24 +53,26 @@ pub struct Started<F> {
     pub done: F,
 }
 
-/// Start the workers; each builds its store handle from `shared` on its own runtime.
-/// `stop` going to `true` (or its sender being dropped) starts the drain.
+/// Start the workers; each builds its store handle from `shared` on its own runtime,
+/// then its proxy from `proxy`. `stop` going to `true` (or its sender being dropped)
+/// starts the drain.
 pub async fn start(
     listener: TcpListener,
-    config: &Config,
+    server_cfg: &ServerConfig,
+    proxy: ProxyConfig,
     shared: SharedStore,
     stop: watch::Receiver<bool>,
     traces: Option<Traces>,
 ) -> Result<Started<impl Future<Output = bool>>, StartError> {
     // Traces on: latency histograms carry a sampled request's trace id as exemplar.
     let metrics = Metrics::with_exemplars(traces.is_some());
-    let control = Control::new(config, metrics, traces, shared.sealing().clone());
+    let control = Control::new(proxy, metrics, traces, shared.sealing().clone());
     let metrics = control.metrics();
     let mut queues = Vec::new();
     let mut stores = Vec::new();
     let mut handoffs = Vec::new();
     let mut finished = Vec::new();
-    for n in 0..config.server.worker_count() {
+    for n in 0..server_cfg.worker_count() {
         let open = metrics.connections.get_or_create(&WorkerLabels {
             worker: n.to_string(),
         });
@@ -80,7 +81,7 @@ pub async fn start(
         let (go_tx, go_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let worker = WorkerThread {
-            config: config.clone(),
+            server_cfg: server_cfg.clone(),
             shared: shared.clone(),
             control: control.clone(),
             stop: stop.clone(),
@@ -107,7 +108,7 @@ pub async fn start(
         let _ = handoff.send(());
     }
     // `max_connections` holds for the whole proxy, not per worker.
-    let permits = Arc::new(Semaphore::new(config.server.max_connections.max(1)));
+    let permits = Arc::new(Semaphore::new(server_cfg.max_connections.max(1)));
     let mut stop_accepting = stop;
     tokio::spawn(server::accept(listener, queues, permits, async move {
         let _ = stop_accepting.wait_for(|stop| *stop).await;
@@ -127,7 +128,7 @@ pub async fn start(
 }
 
 struct WorkerThread {
-    config: Config,
+    server_cfg: ServerConfig,
     shared: SharedStore,
     control: Control,
     stop: watch::Receiver<bool>,
@@ -166,8 +167,7 @@ impl WorkerThread {
             let stopped = async move {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
-            let server = self.config.server.clone();
-            server::serve(incoming, proxy, server, stopped).await
+            server::serve(incoming, proxy, self.server_cfg, stopped).await
         })
     }
 }

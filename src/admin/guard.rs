@@ -32,8 +32,8 @@ use http::uri::Authority;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use subtle::ConstantTimeEq;
 
+use super::config::AdminConfig;
 use super::reply::{problem, AdminResponse};
-use crate::config::AdminConfig;
 
 /// The admin listener's access rules, from `admin:` and the address it is bound to.
 pub struct Guard {

@@ -22,6 +22,7 @@
 //! so a flood of idle connections cannot starve the kubelet's probes for long.
 
 mod bulk;
+pub mod config;
 mod console;
 mod counting;
 mod eviction;

@@ -8,19 +8,9 @@
 //! settle, so after `after` consecutive calls the upstream did not answer, the route
 //! stops sending for `cool_down`. Off unless set.
 
-use std::time::Duration;
-
 use super::walk::{At, Walker};
 use super::yaml::{Node, Value};
-
-/// The breaker's settings; its state lives in the proxy (`proxy::breaker`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BreakerPolicy {
-    /// Consecutive unanswered calls (not sent, timed out, reset) that open it.
-    pub after: u32,
-    /// How long it stays open before one intent is let through as a probe.
-    pub cool_down: Duration,
-}
+use crate::policy::BreakerPolicy;
 
 /// Read a `breaker:` map.
 pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<BreakerPolicy>> {

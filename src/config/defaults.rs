@@ -44,8 +44,8 @@ pub const CATCH_ALL_KEY: &str = "{header.idempotency-key}";
 /// container, and a flood of stalled bodies meets a 503 before the OOM killer.
 pub const MAX_BUFFERED_BYTES: usize = 64 << 20;
 
-/// `server.body_read_timeout` by default (capped at `upstream.timeout`).
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+// `server.body_read_timeout` by default: `server::config::BODY_READ_TIMEOUT` (10 s,
+// capped at `upstream.timeout`), beside the method that applies it.
 
 impl Default for ServerConfig {
     fn default() -> Self {

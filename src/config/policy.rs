@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 
-use super::breaker::{self, BreakerPolicy};
+use super::breaker;
 use super::reconcile;
 use super::sections::nonzero;
 use super::values::{self, FingerprintPart, StatusEntry};
 use super::walk::{At, Fields, Walker};
 use super::yaml::{Node, Value};
 use super::{BodyFingerprint, FingerprintSpec, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure};
-use super::{OnUnknown, Reconcile, RoutePolicy, StatusSet, StoreHeaders};
+use super::{BreakerPolicy, OnUnknown, Reconcile, RoutePolicy, StatusSet, StoreHeaders};
 use crate::path::PathTemplate;
 use crate::template::Template;
 

@@ -4,8 +4,8 @@
 //! per line in order of preference, so the operator sees exactly which identity each
 //! route derives and what happens to a duplicate.
 
-use super::units::format_duration;
 use super::{Config, OnConcurrent, RedisMode, RoutePolicy, StoreBackend};
+use crate::units::format_duration;
 
 const HEADERS: [&str; 11] = [
     "ROUTE",

@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use super::policy::{PolicyFields, ReadRoute};
-use super::units::format_duration;
 use super::walk::{At, Walker};
 use super::{defaults, OnConcurrent, OnUnknown};
 use crate::path::PathTemplate;
 use crate::template::{Part, Template};
+use crate::units::format_duration;
 
 /// Per-route checks on the merged settings (route, then `defaults:`).
 pub(crate) fn route(w: &mut Walker<'_>, name: &str, path: &PathTemplate, fields: &PolicyFields) {

@@ -19,8 +19,8 @@ use std::time::Duration;
 use super::choice::Choice;
 use super::env::expand;
 use super::error::{ConfigError, Pos};
-use super::units::{parse_duration, parse_size};
 use super::yaml::{Node, Value};
+use crate::units::{parse_duration, parse_size};
 
 /// A value, where it was written and the path of its field (so a check that runs later,
 /// such as `lease` < `retention`, can point at the right line even for inherited values).

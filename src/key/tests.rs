@@ -1,6 +1,6 @@
 use super::*;
-use crate::config::RoutePolicy;
 use crate::path::Captures;
+use crate::policy::RoutePolicy;
 use crate::route::tests::policy;
 use crate::template::{FieldPath, Template};
 use bytes::Bytes;

@@ -91,17 +91,17 @@ pub struct LoadtestArgs {
     #[arg(long)]
     pub check_url: Option<String>,
     /// Stop sending new requests after this long (in-flight ones finish).
-    #[arg(long, default_value = "60s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::units::parse_duration)]
     pub duration_limit: Duration,
     /// Per-request timeout (counted as an error).
-    #[arg(long, default_value = "30s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::units::parse_duration)]
     pub timeout: Duration,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
     /// How often a progress line goes to stderr when it is not a terminal (a terminal
     /// gets a bar instead); 0 turns progress off.
-    #[arg(long, default_value = "5s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::units::parse_duration)]
     pub progress_interval: Duration,
 }
 

@@ -17,8 +17,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::config::BreakerPolicy;
 use crate::metrics::RouteBreakerMetrics;
+use crate::policy::BreakerPolicy;
 
 /// One route's breaker; its settings follow reloads, its state survives them.
 pub struct Breaker {

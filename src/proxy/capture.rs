@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
 use super::buffers::{Buffers, Held};
-use crate::config::RoutePolicy;
+use crate::policy::RoutePolicy;
 
 /// `Authentication-Info` (RFC 9110 §11.6.3): the server's answer to a successful
 /// authentication, e.g. Digest's `nextnonce` and `rspauth`: a credential for this caller.

@@ -10,10 +10,12 @@ use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
 use super::breaker::Breaker;
+use super::config::{ProxyConfig, Reloaded};
 use super::{Buffers, Proxy, RequestContext, Worker};
-use crate::config::{Config, DefaultAction, OnStoreError, RoutePolicy};
 use crate::metrics::{Metrics, RouteCounters};
+use crate::policy::{DefaultAction, RoutePolicy};
 use crate::route::RouteTable;
+use crate::store::config::OnStoreError;
 use crate::store::{Sealing, Store};
 use crate::traces::Traces;
 use crate::upstream::UpstreamClient;
@@ -50,7 +52,7 @@ pub struct Control {
 /// down to the route policies): the reference counts a request bumps are then only
 /// ever touched by one core. A reload rebuilds every copy from the new configuration.
 struct State {
-    config: Config,
+    config: ProxyConfig,
     generation: u64,
     copies: Vec<Arc<ArcSwap<Reloadable>>>,
     /// Every breaker made so far, by route name: a reload keeps a route's state.
@@ -59,19 +61,19 @@ struct State {
 
 impl Control {
     pub fn new(
-        config: &Config,
+        config: ProxyConfig,
         metrics: Metrics,
         traces: Option<Traces>,
         sealing: Sealing,
     ) -> Control {
         metrics.config_generation.set(1);
+        let buffers = Buffers::counted(config.max_buffered_bytes, &metrics);
         let state = State {
-            config: config.clone(),
+            config,
             generation: 1,
             copies: Vec::new(),
             breakers: HashMap::new(),
         };
-        let buffers = Buffers::counted(config.server.max_buffered_bytes, &metrics);
         Control {
             buffers,
             metrics,
@@ -89,7 +91,7 @@ impl Control {
         let mut state = self.lock();
         let breakers = breakers(&mut state, &self.metrics);
         let copy = Arc::new(ArcSwap::from_pointee(reloadable(
-            &state.config,
+            &state.config.reloaded,
             state.generation,
             &self.metrics,
             breakers,
@@ -108,7 +110,7 @@ impl Control {
             orphans: self.orphans.clone(),
             traces: self.traces.clone(),
             buffers: self.buffers.clone(),
-            body_read_timeout: (state.config.server).body_read_timeout(&state.config.upstream),
+            body_read_timeout: state.config.body_read_timeout,
         });
         Proxy {
             plain: RequestContext::new(worker, None),
@@ -119,15 +121,15 @@ impl Control {
     /// configuration; in-flight requests finish with the routes they started with.
     /// Returns the new generation, or why the keys could not be read (then nothing
     /// changes).
-    pub fn reload(&self, config: &Config) -> Result<u64, String> {
+    pub fn reload(&self, reloaded: Reloaded) -> Result<u64, String> {
         let mut state = self.lock();
-        self.sealing.reload(config.store.encryption.as_ref())?;
+        self.sealing.reload(reloaded.encryption.as_ref())?;
         state.generation += 1;
-        state.config = config.clone();
+        state.config.reloaded = reloaded;
         let breakers = breakers(&mut state, &self.metrics);
         for copy in &state.copies {
             copy.store(Arc::new(reloadable(
-                config,
+                &state.config.reloaded,
                 state.generation,
                 &self.metrics,
                 breakers.clone(),
@@ -144,7 +146,7 @@ impl Control {
     /// The loaded configuration's routes: the admin API resolves an unknown outcome
     /// with its route's retention, and counts unknown outcomes per configured route.
     pub fn routes(&self) -> Vec<Arc<RoutePolicy>> {
-        self.lock().config.routes.clone()
+        self.lock().config.reloaded.routes.clone()
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -163,7 +165,7 @@ fn breakers(
     metrics: &Metrics,
 ) -> HashMap<String, Arc<Breaker>, foldhash::fast::RandomState> {
     let mut current = HashMap::default();
-    for route in &state.config.routes {
+    for route in &state.config.reloaded.routes {
         let Some(policy) = route.breaker else {
             continue;
         };
@@ -186,7 +188,7 @@ fn breakers(
 }
 
 fn reloadable(
-    config: &Config,
+    config: &Reloaded,
     generation: u64,
     metrics: &Metrics,
     breakers: HashMap<String, Arc<Breaker>, foldhash::fast::RandomState>,
@@ -205,7 +207,7 @@ fn reloadable(
         routes: RouteTable::new(policies.collect()),
         counters,
         default: config.default,
-        on_store_error: config.store.on_error,
+        on_store_error: config.on_store_error,
         breakers,
         generation,
     }

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use super::intent::Intent;
 use super::problem::UnknownBecause;
 use super::refusal::Refusal;
-use crate::config::{OnAmbiguous, OnFailure, OnUnknown, RoutePolicy};
+use crate::policy::{OnAmbiguous, OnFailure, OnUnknown, RoutePolicy};
 use crate::store::{Phase, Record, StoredResponse, Token};
 
 /// The longest a waiting duplicate sleeps between looks at the record: a safety net

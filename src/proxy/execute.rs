@@ -22,9 +22,9 @@ use super::exchange::{self, Ended, McpAnswer, StatusAnswer};
 use super::lease::{renewing, LeaseHolder};
 use super::outbound::Outbound;
 use super::problem::{self, ProblemFormat};
-use crate::config::{OnConcurrent, RoutePolicy};
 use crate::key::StoreKey;
 use crate::mcp::ToolCall;
+use crate::policy::{OnConcurrent, RoutePolicy};
 use crate::store::Record;
 use crate::vocabulary::UpstreamFailure;
 

@@ -10,10 +10,10 @@ use super::buffers::Held;
 use super::problem::{self, Problem};
 use super::{Buffers, Worker};
 use crate::body::BodyView;
-use crate::config::RoutePolicy;
 use crate::key::{self, KeyError, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
+use crate::policy::RoutePolicy;
 use crate::store::{Record, Sealing};
 use crate::template::RequestView;
 

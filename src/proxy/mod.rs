@@ -20,6 +20,7 @@ mod body;
 mod breaker;
 mod buffers;
 pub mod capture;
+mod config;
 mod context;
 mod control;
 mod decide;
@@ -53,14 +54,16 @@ pub use buffers::Buffers;
 use problem::ProblemFormat;
 
 pub use crate::vocabulary::{Outcome, StoreOp};
+pub use config::{ProxyConfig, Reloaded};
 pub use context::RequestContext;
 pub use control::{Control, Reloadable};
 
-use crate::config::{DefaultAction, UpstreamConfig};
 use crate::key::StoreKey;
 use crate::metrics::Metrics;
+use crate::policy::DefaultAction;
 use crate::store::Store;
 use crate::traces::{RequestTrace, Traces};
+use crate::upstream::config::UpstreamConfig;
 use crate::upstream::UpstreamClient;
 
 /// One worker's proxy state: its copy of the reloadable configuration, its store

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use std::sync::Arc;
 
-use crate::config::OnUnknown;
 use crate::mcp::ToolCall;
+use crate::policy::OnUnknown;
 
 use super::body::{full, ProxyBody};
 use super::headers::{APPLICATION_JSON, PROBLEM_JSON};

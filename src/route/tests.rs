@@ -1,8 +1,8 @@
 use super::*;
-use crate::config::{
+use crate::path::PathTemplate;
+use crate::policy::{
     BodyFingerprint, FingerprintSpec, KeyFormat, OnAmbiguous, OnConcurrent, OnFailure, StatusSet,
 };
-use crate::path::PathTemplate;
 use crate::template::Template;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ pub(crate) fn policy(name: &str, methods: &[Method], path: &str, keys: &[&str]) 
         wait_timeout: Duration::from_secs(10),
         on_failure: OnFailure::Replay,
         on_ambiguous: OnAmbiguous::Hold,
-        on_unknown: crate::config::OnUnknown::Retry,
+        on_unknown: crate::policy::OnUnknown::Retry,
         upstream_key_window: None,
         reconcile: None,
         breaker: None,

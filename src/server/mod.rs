@@ -3,6 +3,7 @@
 //! ([`prefixed`], [`idle`]) and graceful drain.
 
 mod accept;
+pub mod config;
 mod drain;
 mod idle;
 mod prefixed;
@@ -24,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use drain::Drain;
 use prefixed::is_h2_preface;
 
-use crate::config::ServerConfig;
+use self::config::ServerConfig;
 use crate::proxy::Proxy;
 
 /// The HTTP/1.1 and h2c connection builders, configured from the server settings.

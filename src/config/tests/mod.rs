@@ -1,6 +1,6 @@
 //! The configuration's tests: whole documents (defaults, inheritance, and every
 //! validation rule with the place it reports; variables injected through
-//! `from_yaml_str_with_env`), and the types of `config/mod.rs`. A section's own unit
+//! `from_yaml_str_with_env`), and the types it builds, as loaded. A section's own unit
 //! tests sit in its file.
 //!
 //! - `fields.rs`: what each field becomes, defaults and inheritance, `${VAR}`, the table.
@@ -12,6 +12,7 @@ mod mcp;
 mod rules;
 
 pub(super) use super::*;
+pub(super) use http::Method;
 
 pub(super) const MINIMAL: &str = "upstream:\n  url: http://127.0.0.1:3000\n";
 

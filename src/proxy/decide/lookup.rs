@@ -7,7 +7,7 @@
 //! then `found_json` decides whether the attempt is really in it: a search's empty 200 is
 //! not "found".
 
-use crate::config::{Found, Reconcile};
+use crate::policy::{Found, Reconcile};
 use crate::store::StoredResponse;
 
 /// What a reconciliation lookup said about an attempt.

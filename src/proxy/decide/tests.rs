@@ -6,8 +6,8 @@ use bytes::Bytes;
 use http::Method;
 
 use super::*;
-use crate::config::{OnAmbiguous, OnFailure, OnUnknown, StatusSet};
 use crate::key::StoreKey;
+use crate::policy::{OnAmbiguous, OnFailure, OnUnknown, StatusSet};
 use crate::route::tests::policy;
 use crate::store::Settled;
 use crate::vocabulary::Outcome;

@@ -15,11 +15,11 @@ use http::{header, response, HeaderName, HeaderValue};
 use http_body::SizeHint;
 
 use super::Answer;
-use crate::config::RoutePolicy;
 use crate::mcp::answer::{self, Final};
 use crate::mcp::message::MCP_SESSION_ID;
 use crate::mcp::sse::{is_event_stream, EventSplitter};
 use crate::mcp::ToolCall;
+use crate::policy::RoutePolicy;
 use crate::proxy::capture::{stored_headers, Capture};
 use crate::proxy::decide::Exchanged;
 use crate::proxy::headers::APPLICATION_JSON;

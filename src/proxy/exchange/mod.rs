@@ -32,7 +32,7 @@ use super::decide::{lookup_read, lookup_status, Exchanged, Lookup};
 use super::headers::strip_hop_by_hop;
 use super::outbound::Outbound;
 use super::problem::{self, ProblemFormat};
-use crate::config::{Reconcile, RoutePolicy};
+use crate::policy::{Reconcile, RoutePolicy};
 use crate::store::StoredResponse;
 use crate::traces::request::end_upstream;
 use crate::traces::RequestTrace;
@@ -143,7 +143,7 @@ pub async fn forward(
         }) => Err(format.respond(problem::upstream_unavailable())),
         Err(_) => Err(format.respond(problem::upstream_timeout(
             None,
-            crate::config::OnUnknown::Retry,
+            crate::policy::OnUnknown::Retry,
         ))),
     }
 }

@@ -6,7 +6,7 @@ use http::response;
 use http_body::SizeHint;
 
 use super::Answer;
-use crate::config::RoutePolicy;
+use crate::policy::RoutePolicy;
 use crate::proxy::capture::{stored_headers, Capture};
 use crate::proxy::decide::{settle, Exchanged, Settle};
 use crate::proxy::Buffers;

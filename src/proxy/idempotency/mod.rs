@@ -17,10 +17,11 @@ use super::intent::{key_problem, read_body, Intent};
 use super::problem::{self, Problem, ProblemFormat};
 use super::Handled;
 use crate::body::BodyView;
-use crate::config::{OnStoreError, RoutePolicy};
 use crate::key::{self, StoreKey};
 use crate::mcp::ToolCall;
 use crate::path::Captures;
+use crate::policy::RoutePolicy;
+use crate::store::config::OnStoreError;
 use crate::store::Record;
 use crate::vocabulary::Outcome;
 

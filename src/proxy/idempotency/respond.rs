@@ -15,8 +15,8 @@ use super::super::refusal::Refusal;
 use super::super::replay::{replay, replay_mcp};
 use super::super::{forward_unprotected, Handled};
 use super::Flow;
-use crate::config::OnStoreError;
 use crate::key::StoreKey;
+use crate::store::config::OnStoreError;
 use crate::store::{Record, StoreError, StoredResponse};
 use crate::vocabulary::{Outcome, StoreOp};
 
