@@ -20,7 +20,7 @@
 //! - `load.rs`: the entry points ([`Config::load`], [`Config::from_yaml_str`], …).
 //! - `yaml.rs`: YAML → nodes with positions; `walk.rs`: typed getters that collect errors.
 //! - `sections.rs`: `listen`, `server`, `admin`, `upstream`, `store`; `telemetry.rs`: `telemetry`.
-//! - `routes.rs`, `policy.rs`, `values.rs`: `defaults:` and `routes:`.
+//! - `routes.rs`, `policy_fields.rs`, `values.rs`: `defaults:` and `routes:`.
 //! - `validate.rs`: cross-field and cross-route checks; `table.rs`: `idem check` output.
 //! - `choice.rs`: enum spellings; `env.rs`: `${VAR}`.
 
@@ -31,7 +31,7 @@ mod env;
 mod error;
 mod load;
 mod mcp;
-mod policy;
+mod policy_fields;
 mod reconcile;
 mod routes;
 mod sections;

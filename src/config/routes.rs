@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::policy::{PolicyFields, ReadRoute};
+use super::policy_fields::{PolicyFields, ReadRoute};
 use super::validate;
 use super::values;
 use super::walk::{At, Walker};

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::policy::{PolicyFields, ReadRoute};
+use super::policy_fields::{PolicyFields, ReadRoute};
 use super::walk::{At, Walker};
 use super::{defaults, OnConcurrent, OnUnknown};
 use crate::path::PathTemplate;

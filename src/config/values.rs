@@ -1,6 +1,6 @@
 //! Parsers for single route-setting values: methods, status entries, header names,
 //! fingerprint parts, templates. Each turns one string into a typed value or a message
-//! saying what would be valid; `policy.rs` applies them to lists and maps.
+//! saying what would be valid; `policy_fields.rs` applies them to lists and maps.
 
 use http::{HeaderName, Method};
 
