@@ -96,6 +96,7 @@ def blind_lookup(prev, nxt, lookups):
 
 TOLERANCE = 1.0
 MERGE_GAP = 0.5
+RECONNECT_PACING = 2.0
 
 
 def lost(prev, faults, lease, upstream_timeout):
@@ -110,14 +111,28 @@ def lost(prev, faults, lease, upstream_timeout):
     The owner's freezes and kill and its store outages are merged when less than
     MERGE_GAP lies between them: the owner renews through neither, and a failed renewal
     is retried within MERGE_GAP (`proxy/lease.rs`), so back-to-back outages cut it off
-    as one long one (seed 11, 10 minutes on Redis)."""
+    as one long one (seed 11, 10 minutes on Redis).
+
+    A cut-off that lasts until the owner's call ends (the upstream stalled or reset it)
+    counts however short it is: renewals stop with the call (SPEC §1, a timed-out
+    attempt is held until its lease expires, no renewals), so none comes after the
+    cut-off began. Its end is taken RECONNECT_PACING later, since a store client that
+    failed to connect waits before it tries again (PostgreSQL: 100 ms doubling to 2 s,
+    `store/postgres/reconnect.rs`). PostgreSQL seed 54, 10 minutes: r1's store link
+    dropped for 2.2 s, from 0.1 s before the attempt's first renewal; every renewal
+    failed until its call timed out 0.6 s after the link came back, while the pacing
+    still held off the next connection; the lease ended unrenewed and the reconcile
+    lookup 2 s later was blind to the stalled call."""
     end = prev.end if prev.end is not None else float("inf")
     need = 2 / 3 * lease - TOLERANCE
     reasons = []
+    call_end = None
     if prev.how == "reset":
+        call_end = prev.end
         reasons.append((prev.end, "upstream reset it"))
     elif prev.how == "stalled":
-        reasons.append((prev.start + upstream_timeout, "upstream stalled"))
+        call_end = prev.start + upstream_timeout
+        reasons.append((call_end, "upstream stalled"))
     cut_off = []
     for f in faults:
         if f.started is None or not f.effective:
@@ -150,6 +165,8 @@ def lost(prev, faults, lease, upstream_timeout):
             reasons.append((lost_at, what))
         elif f_end - lost_at >= need:
             reasons.append((lost_at, f"{what} {f_end - started:.1f}s"))
+        elif call_end is not None and started <= call_end <= f_end + RECONNECT_PACING:
+            reasons.append((lost_at, f"{what} {f_end - started:.1f}s until the call ended"))
     if not reasons:
         return None
     at, why = min(reasons)
