@@ -690,12 +690,14 @@ async fn sentinel_failover_on(switch: Switch, wait_replicas: u32, tls: Option<&P
         None => sentinel(&set, wait_replicas),
     };
     // A completion that failed at the switch is retried until its lease ends, and the
-    // new master acknowledges writes only once its other replica has resynced: over TLS
-    // that took up to 5.5 s. Past the lease a repeat runs again (by design, with the same
-    // upstream key), so the lease must outlast the failover: 15 s for every variant (the
-    // plain one, at 5 s, failed once in CI under load; its log lost the message, and a
-    // local run saw a 14 s outage after the kill).
-    let lease = "15s";
+    // new master acknowledges writes only once its other replica has resynced. Past the
+    // lease a repeat is forwarded again (by design, with the same upstream key, which
+    // this test's upstream counts as a second execution), so the lease must outlast the
+    // failover. Over TLS the switch took up to 5.5 s; the plain variant at 5 s failed
+    // once in CI under load, and locally under two busy loops a variant at 5 s executed
+    // an intent twice that way while a run saw a 14 s outage after the kill: 20 s for
+    // every variant (a repeat below polls for 30 s).
+    let lease = "20s";
     let upstream = MockUpstream::start().await;
     let idems = replicas(&yaml(&upstream, &store, lease), &PASSWORD_ENV).await;
     let view = Arc::new(Mutex::new(set));
