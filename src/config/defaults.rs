@@ -44,9 +44,6 @@ pub const CATCH_ALL_KEY: &str = "{header.idempotency-key}";
 /// container, and a flood of stalled bodies meets a 503 before the OOM killer.
 pub const MAX_BUFFERED_BYTES: usize = 64 << 20;
 
-// `server.body_read_timeout` by default: `server::config::BODY_READ_TIMEOUT` (10 s,
-// capped at `upstream.timeout`), beside the method that applies it.
-
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {

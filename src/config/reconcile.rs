@@ -27,7 +27,7 @@ use http::Method;
 use super::values;
 use super::walk::{At, Walker};
 use super::yaml::{Node, Value};
-use crate::policy::Reconcile;
+use crate::policy::{LookupPath, Reconcile};
 
 /// `reconcile.timeout` when unset: a lookup is a read, answered quickly or not at all.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -59,9 +59,7 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
     }
     let f = w.fields(node, path);
     let method = w.field(&f, "method", values::method);
-    let parts = w.field(&f, "path", |text| {
-        Ok((Reconcile::parse_path(text)?, text.to_owned()))
-    });
+    let lookup_path = w.field(&f, "path", LookupPath::parse);
     if f.get("path").is_none() {
         w.error(
             node.pos,
@@ -100,8 +98,8 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
         );
     }
     let timeout = w.duration(&f, "timeout").map_or(TIMEOUT, |t| t.value);
-    let (path_parts, source) = parts?.value;
-    if source.contains('?') && found_json.is_none() {
+    let lookup_path = lookup_path?.value;
+    if lookup_path.source().contains('?') && found_json.is_none() {
         w.warn(
             node.pos,
             path,
@@ -113,7 +111,7 @@ pub(crate) fn read(w: &mut Walker<'_>, node: &Node, path: &str) -> Option<At<Rec
     Some(At {
         value: Reconcile::new(
             method.map_or(Method::GET, |m| m.value),
-            (path_parts, source),
+            lookup_path,
             found,
             found_json,
             absent,

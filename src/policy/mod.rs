@@ -8,7 +8,7 @@
 
 mod reconcile;
 
-pub use reconcile::{Found, Reconcile};
+pub use reconcile::{Found, LookupPath, Reconcile};
 
 use std::sync::Arc;
 use std::time::Duration;

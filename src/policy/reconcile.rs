@@ -13,13 +13,48 @@ use http::Method;
 
 use crate::template::{RenderError, RequestView, Template};
 
+/// A `reconcile.path` as written, and split at each `{key}`: the upstream key goes
+/// between the parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupPath {
+    parts: Vec<Template>,
+    source: String,
+}
+
+impl LookupPath {
+    /// Parse a `reconcile.path` (`{key}` and key placeholders).
+    pub fn parse(text: &str) -> Result<LookupPath, String> {
+        if !text.starts_with('/') {
+            return Err(format!("invalid path {text:?}: it must start with /"));
+        }
+        if !text.contains("{key}") {
+            return Err(format!(
+                "path {text:?} has no {{key}}: the lookup must name the attempt, e.g. /v1/charges/search?idempotency_key={{key}}"
+            ));
+        }
+        let parts = text
+            .split("{key}")
+            .map(|part| {
+                Template::parse(part).map_err(|e| format!("invalid template {part:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(LookupPath {
+            parts,
+            source: text.to_owned(),
+        })
+    }
+
+    /// The path as the route wrote it.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
 /// The lookup request and how its statuses read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reconcile {
     pub method: Method,
-    /// The path and query, split at each `{key}`: the upstream key goes between parts.
-    path: Vec<Template>,
-    source: String,
+    path: LookupPath,
     /// "It happened": this response is the outcome.
     pub found: Vec<u16>,
     /// With `found`: where in the JSON answer the attempt must appear (RFC 6901).
@@ -36,8 +71,7 @@ impl Reconcile {
     pub fn for_test(path: &str, found: &[u16], absent: &[u16], found_json: Option<&str>) -> Self {
         Reconcile {
             method: Method::GET,
-            path: Reconcile::parse_path(path).expect("a valid lookup path"),
-            source: path.to_owned(),
+            path: LookupPath::parse(path).expect("a valid lookup path"),
             found: found.to_vec(),
             found_json: found_json.map(str::to_owned),
             absent: absent.to_vec(),
@@ -45,11 +79,10 @@ impl Reconcile {
         }
     }
 
-    /// A lookup of `path`, split by [`Reconcile::parse_path`] from `source` (the text
-    /// the route wrote), with these status rules.
+    /// A lookup of `path` with these status rules.
     pub fn new(
         method: Method,
-        (path, source): (Vec<Template>, String),
+        path: LookupPath,
         found: Vec<u16>,
         found_json: Option<String>,
         absent: Vec<u16>,
@@ -58,29 +91,11 @@ impl Reconcile {
         Reconcile {
             method,
             path,
-            source,
             found,
             found_json,
             absent,
             timeout,
         }
-    }
-
-    /// Parse a `reconcile.path` (`{key}` and key placeholders).
-    pub fn parse_path(text: &str) -> Result<Vec<Template>, String> {
-        if !text.starts_with('/') {
-            return Err(format!("invalid path {text:?}: it must start with /"));
-        }
-        if !text.contains("{key}") {
-            return Err(format!(
-                "path {text:?} has no {{key}}: the lookup must name the attempt, e.g. /v1/charges/search?idempotency_key={{key}}"
-            ));
-        }
-        text.split("{key}")
-            .map(|part| {
-                Template::parse(part).map_err(|e| format!("invalid template {part:?}: {e}"))
-            })
-            .collect()
     }
 
     /// The lookup's path and query for an attempt forwarded with `upstream_key`, or
@@ -90,8 +105,8 @@ impl Reconcile {
         upstream_key: &str,
         req: &RequestView<'_>,
     ) -> Result<Option<String>, RenderError> {
-        let mut out = String::with_capacity(self.source.len() + upstream_key.len());
-        for (i, part) in self.path.iter().enumerate() {
+        let mut out = String::with_capacity(self.path.source.len() + upstream_key.len());
+        for (i, part) in self.path.parts.iter().enumerate() {
             if i > 0 {
                 push_encoded(&mut out, upstream_key);
             }
@@ -109,10 +124,6 @@ impl Reconcile {
             return Ok(None);
         }
         Ok(Some(out))
-    }
-
-    pub fn source(&self) -> &str {
-        &self.source
     }
 
     /// What a lookup's answer with a `found` status says, read with `found_json`:
@@ -169,15 +180,7 @@ mod tests {
     use super::*;
 
     fn lookup(path: &str, found_json: Option<&str>) -> Reconcile {
-        Reconcile {
-            method: Method::GET,
-            path: Reconcile::parse_path(path).unwrap(),
-            source: path.to_owned(),
-            found: vec![200],
-            found_json: found_json.map(str::to_owned),
-            absent: vec![404],
-            timeout: Duration::from_secs(2),
-        }
+        Reconcile::for_test(path, &[200], &[404], found_json)
     }
 
     fn render(r: &Reconcile, key: &str) -> String {
@@ -206,10 +209,10 @@ mod tests {
             render(&r, "charge:inv 1/x"),
             "/v1/charges/search?idempotency_key=charge%3Ainv%201%2Fx"
         );
-        assert!(Reconcile::parse_path("/v1/charges")
+        assert!(LookupPath::parse("/v1/charges")
             .unwrap_err()
             .contains("{key}"));
-        assert!(Reconcile::parse_path("v1?k={key}").is_err());
+        assert!(LookupPath::parse("v1?k={key}").is_err());
     }
 
     #[test]

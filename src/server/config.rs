@@ -1,6 +1,7 @@
 //! The server's typed configuration (`server:`), which `config/` reads from the YAML and
-//! the app hands to the listener and the workers; its built-in values are in
-//! `config/defaults.rs`.
+//! the app hands to the listener and the workers. Its built-in values are in
+//! `config/defaults.rs`, except `body_read_timeout`'s, which depends on the upstream's
+//! timeout and is applied here.
 
 use std::time::Duration;
 
