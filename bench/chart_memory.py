@@ -12,7 +12,11 @@ Runs the release idem with the memory bounds of helm/idem/values.yaml
 1. started, no traffic;
 2. `--intents` fresh intents whose answers are `--answer-bytes` each (by default 6000 ×
    10 KiB = 60 MiB of answers, past `max_bytes`: the store must evict, not grow);
-3. `--connections` open keep-alive connections, each after one request.
+3. `--connections` open keep-alive connections, each after one request;
+4. `--stalled-bodies` requests that each declare a `--body-bytes` body, send all of it
+   but its last byte, and stall (issue 46's attack: 150 × 1 MiB took a build without
+   `server.max_buffered_bytes` from 15 to 175 MB); read within `body_read_timeout` (10 s),
+   and how many were answered early (503 `overloaded`, past the budget).
 
 `--no-max-bytes` runs a build from before `store.memory.max_bytes` (its records bounded
 by count alone).
@@ -63,12 +67,36 @@ def request(port, path, headers, keep=None):
     return status
 
 
+def stall(port, i, size):
+    """A protected request whose body stops one byte short; the socket stays open."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = (f"POST /charge HTTP/1.1\r\nhost: idem\r\nidempotency-key: stall-{i}\r\n"
+            f"content-length: {size}\r\n\r\n")
+    try:
+        s.sendall(head.encode() + b"x" * (size - 1))
+    except OSError:
+        pass  # answered and closed before the body was in: counted by answered()
+    return s
+
+
+def answered(s):
+    """The status idem already answered on a stalled request, or 0 for none yet."""
+    s.settimeout(0.2)
+    try:
+        data = s.recv(4096)
+    except OSError:
+        return 0
+    return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", default="target/release")
     ap.add_argument("--intents", type=int, default=6000)
     ap.add_argument("--answer-bytes", type=int, default=10240)
     ap.add_argument("--connections", type=int, default=1000)
+    ap.add_argument("--stalled-bodies", type=int, default=150)
+    ap.add_argument("--body-bytes", type=int, default=1 << 20)
     ap.add_argument("--no-max-bytes", action="store_true",
                     help="leave store.memory.max_bytes out (a build before it existed)")
     args = ap.parse_args()
@@ -128,6 +156,12 @@ routes:
             request(port, "/charge", {"idempotency-key": f"conn-{i}"}, keep=kept)
         show(f"{len(kept)} open keep-alive connections too")
         for s in kept:
+            s.close()
+        stalled = [stall(port, i, args.body_bytes) for i in range(args.stalled_bodies)]
+        time.sleep(2.0)
+        early = sum(1 for s in stalled if answered(s) == 503)
+        show(f"{len(stalled)} stalled {args.body_bytes} B bodies ({early} answered 503)")
+        for s in stalled:
             s.close()
     finally:
         idem.terminate()
