@@ -99,6 +99,11 @@ impl PathTemplate {
         &self.source
     }
 
+    /// Whether the template is `/{name*}` alone: every path matches it.
+    pub fn matches_every_path(&self) -> bool {
+        matches!(self.segments.as_slice(), [Segment::Wildcard(_)])
+    }
+
     /// Names of the captures (wildcard included), in order.
     pub fn capture_names(&self) -> impl Iterator<Item = &str> {
         self.segments.iter().filter_map(segment_name)

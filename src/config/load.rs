@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use http::Method;
+
 use super::error::{ConfigError, ConfigErrors};
 use super::walk::Walker;
 use super::{defaults, env, routes, sections, yaml, Config};
@@ -115,7 +117,17 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
         }
     }
     let default = default.map_or(super::DefaultAction::Passthrough, |a| a.value);
-    if default == super::DefaultAction::Passthrough && !routes.is_empty() {
+    // Catch-all routes for every unsafe method (the chart's default): what passes
+    // through is GET, HEAD, OPTIONS and the like, which have no side effect to repeat.
+    let unsafe_methods_covered = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE]
+        .iter()
+        .all(|m| {
+            routes
+                .iter()
+                .any(|r| r.methods.contains(m) && r.path.matches_every_path())
+        });
+    if default == super::DefaultAction::Passthrough && !routes.is_empty() && !unsafe_methods_covered
+    {
         // Issue 46 §6: a request no route matches (a method or path the routes do not
         // cover) is forwarded without idempotency, and runs as often as it is sent.
         let at = f.get("default").map_or(f.pos(), |n| n.pos);

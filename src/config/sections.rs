@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::Uri;
 use redis::IntoConnectionInfo;
 
+use super::error::Pos;
 use super::walk::{At, Fields, Walker};
 use super::yaml::Node;
 use super::UpstreamConfig;
@@ -259,6 +260,9 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
     // own). Read first, so that it is a field of this map whatever else is wrong.
     let credential_key_file = w.string(&f, "credential_key_file");
     let accept_unsealed_until = w.field(&f, "accept_unsealed_until", parse_rfc3339_ms);
+    if let Some(until) = &accept_unsealed_until {
+        warn_far_ahead(w, until.pos, &until.path, until.value);
+    }
     let Some(list) = f.get("keys") else {
         w.error(
             node.pos,
@@ -299,6 +303,25 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
         accept_unsealed_until_ms: accept_unsealed_until.map(|a| a.value),
         places,
     })
+}
+
+/// `accept_unsealed_until` a day or more ahead: until then a record in clear that a store
+/// writer plants now is replayed (issue 46 §1), which is the protection switched off.
+/// The procedure sets it a little after the rollout that turns encryption on.
+fn warn_far_ahead(w: &mut Walker<'_>, pos: Pos, path: &str, until_ms: u64) {
+    const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    if until_ms > now_ms.saturating_add(DAY_MS) {
+        w.warn(
+            pos,
+            path,
+            "dated a day or more ahead: until then a record in clear, which any store writer can \
+             plant, is replayed as it is; set it a little after the rollout that turns \
+             encryption on, and remove it once `retention` has passed",
+        );
+    }
 }
 
 /// An RFC 3339 time in UTC (`2026-12-06T22:00:00Z`), as unix milliseconds.

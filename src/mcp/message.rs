@@ -6,8 +6,9 @@
 //! disagrees with the body is refused here with JSON-RPC error `-32020` (the 2026-07-28
 //! rule), never forwarded; a JSON-RPC batch holding a protected `tools/call` is refused
 //! (send the call alone); a body with a duplicate member is refused (the server could
-//! read another message than idem did). Only GET (the server's stream) and DELETE (end
-//! of session) pass on the method alone.
+//! read another message than idem did), and so is a body idem cannot read as JSON
+//! (`NaN`, nesting past 128 levels: a lenient server behind could still run it). Only
+//! GET (the server's stream) and DELETE (end of session) pass on the method alone.
 
 use http::{HeaderMap, HeaderName, Method};
 use serde_json::Value;
@@ -41,6 +42,9 @@ pub enum HeaderHint {
 /// `HeaderMismatch`; answered with HTTP 400).
 pub const HEADER_MISMATCH: i64 = -32020;
 
+/// JSON-RPC's parse error: a body idem cannot read (answered with HTTP 400, id `null`).
+pub const PARSE_ERROR: i64 = -32700;
+
 /// What one message is, read from its body.
 #[derive(Debug)]
 pub enum Message {
@@ -49,7 +53,7 @@ pub enum Message {
     /// A `tools/list` request whose answer is amended.
     ToolsList,
     /// Anything else (initialize, notifications, responses, batches of unprotected
-    /// messages, other tools, a body that is not JSON-RPC).
+    /// messages, other tools, JSON that is not a JSON-RPC message).
     Other,
     /// Refused by idem itself, never forwarded.
     Refused(Refusal),
@@ -74,6 +78,9 @@ pub enum Refusal {
         tool_call: bool,
         modern: bool,
     },
+    /// The body is not JSON idem can read (empty, malformed, `NaN`, nested past 128
+    /// levels). Some servers parse more leniently, so it could be a protected call.
+    Unreadable,
 }
 
 /// A protected `tools/call`: what identifies it, without its id and `params._meta`.
@@ -113,7 +120,8 @@ pub fn classify(body: &BodyView, headers: &HeaderMap, route: &McpRoute) -> Messa
     let message = match body.json() {
         Some(Value::Object(message)) => message,
         Some(Value::Array(batch)) => return classify_batch(batch, route, modern_header),
-        _ => return Message::Other,
+        Some(_) => return Message::Other,
+        None => return Message::Refused(Refusal::Unreadable),
     };
     let id = match message.get("id") {
         Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),

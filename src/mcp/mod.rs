@@ -17,7 +17,9 @@ pub mod raw;
 pub mod sse;
 pub mod tools_list;
 
-pub use message::{classify, hint, HeaderHint, Message, Refusal, ToolCall, HEADER_MISMATCH};
+pub use message::{
+    classify, hint, HeaderHint, Message, Refusal, ToolCall, HEADER_MISMATCH, PARSE_ERROR,
+};
 
 /// A route's `mcp:` section.
 #[derive(Debug, Clone, PartialEq, Eq)]

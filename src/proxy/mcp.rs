@@ -30,8 +30,8 @@ use super::problem::{self, ProblemFormat};
 use super::{Handled, Worker};
 use crate::body::BodyView;
 use crate::mcp::sse::is_event_stream;
-use crate::mcp::HEADER_MISMATCH;
 use crate::mcp::{answer, classify, hint, tools_list, HeaderHint, McpRoute, Message, Refusal};
+use crate::mcp::{HEADER_MISMATCH, PARSE_ERROR};
 use crate::upstream::ResponseBody;
 use crate::vocabulary::Outcome;
 
@@ -100,6 +100,17 @@ fn refused(refusal: Refusal) -> Response<ProxyBody> {
                 })
                 .collect();
             json(StatusCode::OK, &Value::Array(answers))
+        }
+        // JSON-RPC's parse error, as an MCP server answers a body it cannot parse.
+        Refusal::Unreadable => {
+            let message = "Parse error: idem could not read this body as JSON (RFC 8259, at \
+                           most 128 levels of nesting; NaN and Infinity are not JSON), so it \
+                           did not forward it and nothing was executed. Send the message as \
+                           valid JSON.";
+            json(
+                StatusCode::BAD_REQUEST,
+                &answer::jsonrpc_error(&Value::Null, PARSE_ERROR, message),
+            )
         }
         Refusal::Duplicate {
             id,

@@ -131,6 +131,10 @@ impl Proxy {
         let Some((policy, captures)) = current.routes.find(&parts.method, parts.uri.path()) else {
             return match current.default {
                 DefaultAction::Passthrough => {
+                    let path = parts.uri.path();
+                    if let Some(route) = current.routes.behind_encoded_slash(&parts.method, path) {
+                        return problem::ambiguous_path(&route.name).into_response();
+                    }
                     let body = Either::Right(body);
                     let format = ProblemFormat::default();
                     forward_unprotected(&self.plain, parts, body, client_ip, &format).await

@@ -221,6 +221,23 @@ pub fn credential_mismatch() -> Problem {
     )
 }
 
+/// 400 `ambiguous_path`: a path no route matches but one does once its encoded slashes
+/// are decoded (`route.rs`, `behind_encoded_slash`); with `default: passthrough` it would
+/// otherwise run unprotected on a framework that decodes them.
+pub fn ambiguous_path(route: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "ambiguous_path",
+        "Ambiguous path",
+        format!(
+            "The path holds an encoded slash or backslash (%2F, %5C); decoded, it names the \
+             protected route '{route}', and idem cannot tell which handler the API would run. \
+             Nothing was reserved or executed. Send the path with plain slashes; if the \
+             encoded character belongs to an id, the API's owner can add a route for that path."
+        ),
+    )
+}
+
 pub fn no_route(method: &str, path: &str) -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,

@@ -96,3 +96,36 @@ fn route_table_misses() {
     assert!(t.find(&ext, "/x").is_none());
     assert!(RouteTable::default().find(&Method::POST, "/").is_none());
 }
+
+/// A path that matches a route only once `%2F` / `%5C` are decoded is found (issue 46
+/// §6's variants, the escape a framework like Starlette decodes before routing); a path
+/// without them, or that matches nothing decoded, is not.
+#[test]
+fn a_route_behind_an_encoded_slash_is_found() {
+    let t = RouteTable::new(vec![Arc::new(policy(
+        "charge",
+        &[Method::POST],
+        "/invoices/{id}/charge",
+        &["c:{path.id}"],
+    ))]);
+    let post = Method::POST;
+    for path in [
+        "/invoices/X%2Fcharge",
+        "/invoices/X%2fcharge",
+        "/invoices%2FX%5Ccharge",
+        "%2Finvoices/X/charge",
+    ] {
+        let found = t.behind_encoded_slash(&post, path);
+        assert_eq!(found.map(|r| r.name.as_str()), Some("charge"), "{path}");
+    }
+    for path in [
+        "/invoices/X/charge2",
+        "/invoices/X%2Frefund%2Fnow",
+        "/invoices/X%2",
+    ] {
+        assert!(t.behind_encoded_slash(&post, path).is_none(), "{path}");
+    }
+    assert!(t
+        .behind_encoded_slash(&Method::GET, "/invoices/X%2Fcharge")
+        .is_none());
+}

@@ -223,7 +223,8 @@ async fn a_strangers_refused_call_does_not_lock_the_owner_out() {
 
 /// With `default: passthrough`, variants of a protected path are matched by its route:
 /// the first is forwarded with its path as sent, the others (and the plain path) replay
-/// it. Case stays significant unless the route sets `path_case: insensitive`.
+/// it. Case stays significant unless the route sets `path_case: insensitive`. A path that
+/// names the route only once its encoded slashes are decoded is 400 `ambiguous_path`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_variants_of_a_protected_route_are_protected() {
     let upstream = MockUpstream::start().await;
@@ -261,6 +262,22 @@ async fn path_variants_of_a_protected_route_are_protected() {
     let shouted = post(&idem.url("/REFUNDS/r1/"), &[], "{}").await;
     assert!(shouted.replayed(), "{}", shouted.text());
     assert_eq!(upstream.executions("refund:r1"), 1);
+
+    // An encoded slash or backslash that, decoded, names the protected route (Starlette
+    // decodes `%2F` before routing): refused, neither passed through nor keyed as it.
+    for path in [
+        "/invoices/Y%2Fcharge",
+        "/invoices%2fY/charge",
+        "/invoices/Y%5Ccharge",
+    ] {
+        let r = post(&idem.url(path), &[], "{}").await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.code(), "ambiguous_path", "{path}");
+    }
+    // One that names no protected route once decoded passes through as before.
+    let other = post(&idem.url("/files/a%2Fb"), &[], "{}").await;
+    assert_eq!(other.status, 201, "{}", other.text());
+    assert_eq!(upstream.received().len(), 4, "charge, upper, refund, files");
 }
 
 /// `idem check` warns when `default: passthrough` sits beside protected routes.
@@ -348,8 +365,8 @@ fn mcp_call(id: &str, tool: &str) -> String {
 /// A `tools/call` of a protected tool whose `Mcp-Name` names an unprotected one (or whose
 /// `Mcp-Method` says `ping`) is answered by idem with `-32020`, never forwarded; a batch
 /// holding a protected call is refused with a tool error saying to send it alone; a
-/// message with a duplicate member is refused. Messages whose headers agree are
-/// forwarded as before.
+/// message with a duplicate member is refused, and so is a body idem cannot read.
+/// Messages whose headers agree are forwarded as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
     let upstream = MockUpstream::start().await;
@@ -395,6 +412,21 @@ async fn mcp_headers_that_disagree_with_the_body_are_answered_by_idem() {
         v["result"]["structuredContent"]["code"], "invalid_body",
         "{v}"
     );
+    // A body idem cannot read (NaN, nesting past 128 levels), which a lenient server
+    // (the Python SDK's pydantic) would still run: JSON-RPC's parse error, never forwarded.
+    let nan = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"charge_customer","arguments":{"amount":NaN}}}"#;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"charge_customer","arguments":{{"amount":100}},"_meta":{{"x":{}{}}}}}}}"#,
+        "[".repeat(150),
+        "]".repeat(150)
+    );
+    for body in [nan.to_owned(), deep] {
+        let r = post(&u, &json, &body).await;
+        assert_eq!(r.status, 400, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32700, "{v}");
+        assert_eq!(v["id"], serde_json::Value::Null, "{v}");
+    }
     assert_eq!(upstream.received().len(), 0, "nothing forwarded");
 
     // Headers that agree: forwarded.

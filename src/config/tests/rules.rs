@@ -433,3 +433,59 @@ fn memory_store_max_bytes() {
     let e = errors(&format!("{MINIMAL}store:\n  memory:\n    max_bytes: 0\n"));
     assert!(e[0].contains("store.memory.max_bytes"), "{e:?}");
 }
+
+/// `accept_unsealed_until` a day or more ahead switches issue 46 §1 off until then: a
+/// warning at its line. Near (the rollout's end) or past: none.
+#[test]
+fn accept_unsealed_until_far_ahead_is_warned() {
+    let at = |ahead: std::time::Duration| {
+        let when = std::time::SystemTime::now() + ahead;
+        format!(
+            "{MINIMAL}store:\n  encryption:\n    keys: [{{id: k1, file: /k1}}]\n    accept_unsealed_until: {}\n",
+            humantime::format_rfc3339_seconds(when)
+        )
+    };
+    let hour = std::time::Duration::from_secs(3600);
+    let ahead = |c: &Config| {
+        c.warnings
+            .iter()
+            .filter(|w| w.contains("accept_unsealed_until"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let w = ahead(&ok(&at(hour * 24 * 400)));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("t.yaml:6:28: store.encryption.accept_unsealed_until: dated a day"),
+        "{w:?}"
+    );
+    assert!(ahead(&ok(&at(hour * 2))).is_empty());
+    let past = ok(&format!(
+        "{MINIMAL}store:\n  encryption:\n    keys: [{{id: k1, file: /k1}}]\n    accept_unsealed_until: 2026-01-01T00:00:00Z\n"
+    ));
+    assert!(ahead(&past).is_empty(), "{:?}", past.warnings);
+}
+
+/// `default: passthrough` beside protected routes is a warning (issue 46 §6), unless
+/// catch-all routes take every unsafe method (the chart's default): then only GET,
+/// HEAD, OPTIONS and the like pass through.
+#[test]
+fn passthrough_beside_catch_alls_for_every_unsafe_method_is_not_warned() {
+    let passthrough = |routes: &str| {
+        let c = ok(&format!("{MINIMAL}default: passthrough\nroutes:\n{routes}"));
+        c.warnings
+            .iter()
+            .any(|w| w.contains("passthrough beside protected routes"))
+    };
+    let all = "  - name: all\n    path: /{p*}\n    key: \"{header.idempotency-key}\"\n";
+    assert!(
+        !passthrough(all),
+        "the default methods are the four unsafe ones"
+    );
+    let split = "  - name: post\n    methods: [POST]\n    path: /{p*}\n    key: k\n  - name: rest\n    methods: [PUT, PATCH, DELETE]\n    path: /{p*}\n    key: k\n";
+    assert!(!passthrough(split));
+    let no_delete = "  - name: all\n    methods: [POST, PUT, PATCH]\n    path: /{p*}\n    key: k\n";
+    assert!(passthrough(no_delete), "DELETE passes through");
+    let one_path = "  - name: charge\n    path: /invoices/{id}/charge\n    key: k\n";
+    assert!(passthrough(one_path), "other paths pass through");
+}

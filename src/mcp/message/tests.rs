@@ -166,3 +166,32 @@ fn the_body_decides() {
         Message::ToolsList
     ));
 }
+
+/// A body idem cannot read could still be a protected call to a lenient server (pydantic
+/// reads `NaN` and deeper nesting than serde_json's 128 levels): refused, never passed.
+#[test]
+fn a_body_idem_cannot_read_is_refused() {
+    let r = route();
+    let nan = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_customer","arguments":{"amount":NaN}}}"#;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"charge_customer","arguments":{{"x":{}{}}}}}}}"#,
+        "[".repeat(150),
+        "]".repeat(150)
+    );
+    for body in [nan.to_owned(), deep, "{".to_owned(), String::new()] {
+        let view = BodyView::new(Bytes::from(body.clone()));
+        assert!(
+            matches!(
+                classify(&view, &HeaderMap::new(), &r),
+                Message::Refused(Refusal::Unreadable)
+            ),
+            "{body:.60}"
+        );
+    }
+    // JSON that is no JSON-RPC message cannot call a tool: the server answers it.
+    let scalar = BodyView::new(Bytes::from_static(b"\"tools/call\""));
+    assert!(matches!(
+        classify(&scalar, &HeaderMap::new(), &r),
+        Message::Other
+    ));
+}
