@@ -107,7 +107,9 @@ impl Body for ChannelBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         Poll::Ready(match ready!(self.rx.poll_recv(cx)) {
             None if !self.finished.load(Ordering::Acquire) => Some(Err(
-                "the response was cut short: the caller stopped reading".into(),
+                "the response was cut short: the caller stopped reading (or the frames \
+                 waiting for it reached server.max_buffered_bytes)"
+                    .into(),
             )),
             frame => frame,
         })

@@ -72,7 +72,7 @@ async fn run(cx: RequestContext, call: Call, reply: oneshot::Sender<Response<Pro
     worker.metrics.inflight.inc();
     let started = Instant::now();
     let waiters = policy.on_concurrent == OnConcurrent::Wait;
-    let out = Outbound::new(reply, worker.upstream.timeout);
+    let out = Outbound::new(reply, worker.upstream.timeout, &worker.buffers);
     let times = (policy.lease, policy.retention);
     let mut holder = LeaseHolder::new(cx.clone(), key, record, times, waiters, asked);
     let gate = holder.gate().clone();

@@ -177,7 +177,7 @@ async fn amended(
         parts.headers.remove(header::CONTENT_LENGTH);
         let response = Response::from_parts(parts, body);
         let (reply, head) = oneshot::channel();
-        let out = Outbound::new(reply, timeout);
+        let out = Outbound::new(reply, timeout, &worker.buffers);
         worker.tasks.spawn(async move {
             let answer = ToolsListAnswer::new(&route, limit);
             let mut ended = exchange::pump(response, answer, out, timeout).await;

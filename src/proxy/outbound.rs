@@ -14,6 +14,14 @@
 //!
 //! Every send tolerates a caller that has gone or stopped reading: the call carries on
 //! and records the outcome without it.
+//!
+//! Each data frame on its way to the caller holds its share of
+//! `server.max_buffered_bytes` until hyper has written it out (the permits ride on the
+//! frame's `Bytes` through the channel and hyper's own queues): callers that ask for
+//! large answers and stop reading, many streams at a time over HTTP/2, otherwise held
+//! about 1 MiB each outside the budget (1,000 such streams: 841 MiB). A frame past the
+//! budget cuts that caller's response short, as a caller that stopped reading is; the
+//! call still records its outcome, so a repeat gets the replay.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,6 +34,7 @@ use http_body_util::Full;
 use tokio::sync::{mpsc, oneshot};
 
 use super::body::{BoxError, ChannelBody, ProxyBody};
+use super::buffers::{Buffers, Held};
 use crate::time_bound::bounded;
 
 /// Frames queued towards the caller before the detached call waits for it to read.
@@ -47,13 +56,20 @@ pub struct Outbound {
     /// Set once every frame went out: only then does the caller's body end cleanly.
     finished: Arc<AtomicBool>,
     send_timeout: Duration,
+    /// The budget the frames towards the caller take from (none when nobody waits).
+    buffers: Option<Buffers>,
 }
 
 impl Outbound {
-    pub fn new(reply: oneshot::Sender<Response<ProxyBody>>, send_timeout: Duration) -> Self {
+    pub fn new(
+        reply: oneshot::Sender<Response<ProxyBody>>,
+        send_timeout: Duration,
+        buffers: &Buffers,
+    ) -> Self {
         Outbound {
             reply: Some(reply),
             send_timeout,
+            buffers: Some(buffers.clone()),
             ..Outbound::detached()
         }
     }
@@ -69,6 +85,7 @@ impl Outbound {
             tx: None,
             finished: Arc::default(),
             send_timeout: Duration::ZERO,
+            buffers: None,
         }
     }
 
@@ -122,6 +139,11 @@ impl Outbound {
 
     async fn send(&mut self, frame: Frame<Bytes>) {
         let Some(tx) = &self.tx else { return };
+        let Some(frame) = budgeted(self.buffers.as_ref(), frame) else {
+            // Past the budget: this caller's response is cut short (counted).
+            self.tx = None;
+            return;
+        };
         match bounded(self.send_timeout, tx.send(Ok(frame))).await {
             Ok(Ok(())) => {}
             // The caller is gone or stopped reading: carry on recording without it.
@@ -176,4 +198,22 @@ impl Outbound {
             let _ = bounded(self.send_timeout, tx.send(Err(reason.into()))).await;
         }
     }
+}
+
+/// `frame` holding its share of `buffers` until its last clone is dropped (written out
+/// by hyper), or `None` when the budget does not have it (counted as a dropped response).
+fn budgeted(buffers: Option<&Buffers>, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
+    let Some(buffers) = buffers else {
+        return Some(frame);
+    };
+    let data = match frame.into_data() {
+        Ok(data) => data,
+        Err(frame) => return Some(frame),
+    };
+    let mut held = Held::default();
+    if !buffers.cover(&mut held, data.len()) {
+        buffers.dropped.inc();
+        return None;
+    }
+    Some(Frame::data(held.attach(data)))
 }

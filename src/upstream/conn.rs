@@ -46,10 +46,19 @@ pub enum SendFailure {
     Closed,
 }
 
+/// The most an upstream connection reads ahead (hyper's default is 408 KiB). A body's
+/// frames are slices of this buffer and keep all of it alive until the last is written
+/// to the caller: with many callers that stopped reading, the default pinned about
+/// 300 KiB per answer outside `server.max_buffered_bytes`. Upstream heads must fit.
+const READ_BUFFER_MAX: usize = 64 * 1024;
+
 impl Conn {
     /// Start HTTP/1.1 on a fresh transport. No I/O happens until the first poll.
     pub async fn handshake(io: Io) -> hyper::Result<Conn> {
-        let (sender, driver) = http1::Builder::new().handshake(io).await?;
+        let (sender, driver) = http1::Builder::new()
+            .max_buf_size(READ_BUFFER_MAX)
+            .handshake(io)
+            .await?;
         Ok(Conn {
             sender,
             driver: Some(Box::pin(driver)),

@@ -131,3 +131,63 @@ async fn a_response_copy_past_the_budget_is_not_stored_and_counted() {
         "{m}"
     );
 }
+
+/// Answers waiting for callers that stopped reading hold the budget too (found after
+/// issue 46: over HTTP/2, 1,000 unread 1 MiB answers took 841 MiB outside it). An h2c
+/// client with a 64 KiB window asks for sixteen 512 KiB answers and reads none: the
+/// frames waiting for it reach `max_buffered_bytes` (512 KiB), those callers' answers are cut
+/// short (counted in `idem_overloaded_responses_total`), every intent still ran once
+/// and was recorded, and the budget comes back for the next caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_waiting_for_callers_that_stopped_reading_hold_the_budget() {
+    let upstream = MockUpstream::start().await;
+    // Copies for the record stay under 1 KiB (dropped by max_response_bytes, which is
+    // not counted as overloaded): only the frames towards the caller take the budget.
+    // A caller that is not cut stops being waited for after upstream.timeout (3 s).
+    let route = format!("{CHARGE}    max_response_bytes: 1KiB\n");
+    let idem = on_memory(&upstream, "  max_buffered_bytes: 512KiB\n", "3s", &route).await;
+    let tcp = tokio::net::TcpStream::connect(idem.addr()).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut unread = Vec::new();
+    for n in 0..16 {
+        let req = http::Request::post(idem.url(&format!("/invoices/slow_{n}/charge")))
+            .header("x-mock-chunks", "32")
+            .header("x-mock-chunk-bytes", "16384")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(15), sender.send_request(req))
+            .await
+            .expect("an answer's head, or its reset");
+        // A stream cut short before its head got through is reset (INTERNAL_ERROR).
+        if let Ok(answer) = answer {
+            assert_eq!(answer.status(), 201);
+            unread.push(answer); // its body is never read
+        }
+    }
+    support::poll::eventually(
+        Duration::from_secs(20),
+        "answers cut short past the budget",
+        async || metric_sum(&metrics(&idem).await, "idem_overloaded_responses_total") > 0.0,
+    )
+    .await;
+    for n in 0..16 {
+        let key = format!("charge:slow_{n}");
+        let url = idem.url(&format!("/invoices/slow_{n}/charge"));
+        // Recorded without its body (over max_response_bytes): never run again.
+        support::poll::eventually(Duration::from_secs(20), "recorded", async || {
+            post(&url, &[], "").await.code() == "response_not_stored"
+        })
+        .await;
+        assert_eq!(upstream.executions(&key), 1, "{key}");
+    }
+    drop(unread);
+    let next = post(&idem.url("/invoices/after/charge"), &[], "").await;
+    assert_eq!(next.status, 201, "{}", next.text());
+}
