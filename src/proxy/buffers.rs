@@ -28,14 +28,26 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The shared budget and what it refused; cheap to clone.
+/// The shared budget and what it refused; a clone is one reference count (each
+/// protected call's copy and outbound frames hold one).
 #[derive(Clone, Debug)]
-pub struct Buffers {
+pub struct Buffers(Arc<Shared>);
+
+#[derive(Debug)]
+pub struct Shared {
     budget: Arc<Semaphore>,
     /// `idem_overloaded_requests_total`.
     pub refused: Counter,
     /// `idem_overloaded_responses_total`.
     pub dropped: Counter,
+}
+
+impl std::ops::Deref for Buffers {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 /// No budget: [`Buffers::unbounded`], shared.
@@ -51,20 +63,21 @@ pub struct Held {
 impl Buffers {
     /// A budget of `max` bytes.
     pub fn new(max: usize) -> Buffers {
-        Buffers {
-            budget: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
-            refused: Counter::default(),
-            dropped: Counter::default(),
-        }
+        Buffers::with_counters(max, Counter::default(), Counter::default())
     }
 
     /// A budget of `max` bytes counting into `metrics`.
     pub fn counted(max: usize, metrics: &crate::metrics::Metrics) -> Buffers {
-        Buffers {
-            refused: metrics.overloaded_requests.clone(),
-            dropped: metrics.overloaded_responses.clone(),
-            ..Buffers::new(max)
-        }
+        let refused = metrics.overloaded_requests.clone();
+        Buffers::with_counters(max, refused, metrics.overloaded_responses.clone())
+    }
+
+    fn with_counters(max: usize, refused: Counter, dropped: Counter) -> Buffers {
+        Buffers(Arc::new(Shared {
+            budget: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
+            refused,
+            dropped,
+        }))
     }
 
     /// No budget (a reconciliation lookup's answer, tests).
