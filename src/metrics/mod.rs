@@ -229,7 +229,7 @@ impl Metrics {
         );
         registry.register(
             "overloaded_responses",
-            "Responses streamed to the caller whose copy for the record did not fit server.max_buffered_bytes (recorded without a body: a repeat gets 409 response_not_stored)",
+            "Responses past server.max_buffered_bytes: a copy for the record that did not fit (recorded without a body: a repeat gets 409 response_not_stored), or an answer cut short because the frames waiting for its caller did not fit",
             overloaded_responses.clone(),
         );
         registry.register(

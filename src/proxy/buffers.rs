@@ -16,6 +16,9 @@
 //!   second execution. The process stays within its limit instead of being OOM-killed.
 //!   A complete copy gives its share back at once: the memory store keeps a record's
 //!   body for `retention`, bounded by `store.memory.max_records`, not by this budget.
+//! - A frame of a protected call's answer on its way to the caller holds its share
+//!   until hyper has written it out (`outbound.rs`); one that does not fit cuts that
+//!   caller's answer short.
 //!
 //! Bodies idem only streams (passthrough, unprotected forwards) are not buffered and
 //! take nothing from it.
