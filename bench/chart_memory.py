@@ -89,6 +89,45 @@ def answered(s):
     return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
 
 
+def start_behind_idem(bin_dir, server="", memory=""):
+    """idem-bench-upstream and idem in front of it (memory store, one catch-all route
+    keyed by `Idempotency-Key`, `default: passthrough`), both listening; `server` and
+    `memory`: YAML lines under `server:` and `store.memory:`. Returns (upstream, idem,
+    idem's port)."""
+    up_port, port, admin = free_port(), free_port(), free_port()
+    upstream = subprocess.Popen(
+        [os.path.join(bin_dir, "idem-bench-upstream"), "--listen", f"127.0.0.1:{up_port}"],
+        stdout=subprocess.DEVNULL)
+    config = os.path.join(tempfile.mkdtemp(prefix="idem-bench-memory-"), "idem.yaml")
+    with open(config, "w") as f:
+        f.write(f"""listen: 127.0.0.1:{port}
+admin:
+  listen: 127.0.0.1:{admin}
+server:
+{server or "  {}"}
+upstream:
+  url: http://127.0.0.1:{up_port}
+  timeout: 30s
+store:
+  backend: memory
+  memory:
+{memory or "    {}"}
+default: passthrough
+routes:
+  - name: idempotency_key_header
+    methods: [POST, PUT, PATCH, DELETE]
+    path: "/{{path*}}"
+    key: "{{header.idempotency-key}}"
+    require_key: false
+""")
+    idem = subprocess.Popen([os.path.join(bin_dir, "idem"), "serve", "--config", config],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(up_port, 20.0)
+    wait_port(port, 20.0)
+    time.sleep(0.5)
+    return upstream, idem, port
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", default="target/release")
@@ -100,42 +139,11 @@ def main():
     ap.add_argument("--no-max-bytes", action="store_true",
                     help="leave store.memory.max_bytes out (a build before it existed)")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="idem-chart-memory-")
-    up_port, port, admin = free_port(), free_port(), free_port()
-    upstream = subprocess.Popen(
-        [os.path.join(args.bin_dir, "idem-bench-upstream"), "--listen", f"127.0.0.1:{up_port}"],
-        stdout=subprocess.DEVNULL)
-    config = os.path.join(work, "idem.yaml")
     max_bytes = "" if args.no_max_bytes else "    max_bytes: 40MiB\n"
-    with open(config, "w") as f:
-        f.write(f"""listen: 127.0.0.1:{port}
-admin:
-  listen: 127.0.0.1:{admin}
-server:
-  max_connections: 1024
-  max_buffered_bytes: 32MiB
-  body_read_timeout: 10s
-upstream:
-  url: http://127.0.0.1:{up_port}
-  timeout: 30s
-store:
-  backend: memory
-  memory:
-    max_records: 20000
-{max_bytes}default: passthrough
-routes:
-  - name: idempotency_key_header
-    methods: [POST, PUT, PATCH, DELETE]
-    path: "/{{path*}}"
-    key: "{{header.idempotency-key}}"
-    require_key: false
-""")
-    idem = subprocess.Popen([os.path.join(args.bin_dir, "idem"), "serve", "--config", config],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = "  max_connections: 1024\n  max_buffered_bytes: 32MiB\n  body_read_timeout: 10s\n"
+    memory = "    max_records: 20000\n" + max_bytes
+    upstream, idem, port = start_behind_idem(args.bin_dir, server, memory)
     try:
-        wait_port(up_port, 20.0)
-        wait_port(port, 20.0)
-        time.sleep(0.5)
 
         def show(step):
             rss, peak = status_kib(idem.pid, "VmRSS"), status_kib(idem.pid, "VmHWM")

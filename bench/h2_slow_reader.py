@@ -20,11 +20,11 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import free_port, status_kib, wait_port  # noqa: E402
+from chart_memory import start_behind_idem  # noqa: E402
+from run import status_kib  # noqa: E402
 
 try:
     import h2.config
@@ -40,32 +40,8 @@ def main():
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--answer-bytes", type=int, default=1 << 20)
     args = ap.parse_args()
-    up, port, admin = free_port(), free_port(), free_port()
-    upstream = subprocess.Popen(
-        [os.path.join(args.bin_dir, "idem-bench-upstream"), "--listen", f"127.0.0.1:{up}"],
-        stdout=subprocess.DEVNULL)
-    config = os.path.join(tempfile.mkdtemp(prefix="idem-h2-slow-"), "idem.yaml")
-    with open(config, "w") as f:
-        f.write(f"""listen: 127.0.0.1:{port}
-admin:
-  listen: 127.0.0.1:{admin}
-upstream:
-  url: http://127.0.0.1:{up}
-store:
-  backend: memory
-default: passthrough
-routes:
-  - name: all
-    path: "/{{p*}}"
-    key: "{{header.idempotency-key}}"
-    require_key: false
-""")
-    idem = subprocess.Popen([os.path.join(args.bin_dir, "idem"), "serve", "--config", config],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    upstream, idem, port = start_behind_idem(args.bin_dir)
     try:
-        wait_port(up, 20.0)
-        wait_port(port, 20.0)
-        time.sleep(0.5)
         mib = lambda field: status_kib(idem.pid, field) / 1024  # noqa: E731
         print(f"started: RSS {mib('VmRSS'):.1f} MiB", flush=True)
         clients = []
