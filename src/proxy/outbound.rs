@@ -19,7 +19,7 @@
 //! `server.max_buffered_bytes` until hyper has written it out (the permits ride on the
 //! frame's `Bytes` through the channel and hyper's own queues): callers that ask for
 //! large answers and stop reading, many streams at a time over HTTP/2, otherwise held
-//! about 1 MiB each outside the budget (1,000 such streams: 841 MiB). A frame past the
+//! about 1 MiB each outside the budget (1,000 such streams: 0.8–1.2 GiB). A frame past the
 //! budget cuts that caller's response short, as a caller that stopped reading is; the
 //! call still records its outcome, so a repeat gets the replay.
 

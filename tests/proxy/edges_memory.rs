@@ -133,7 +133,7 @@ async fn a_response_copy_past_the_budget_is_not_stored_and_counted() {
 }
 
 /// Answers waiting for callers that stopped reading hold the budget too (found after
-/// issue 46: over HTTP/2, 1,000 unread 1 MiB answers took 841 MiB outside it). An h2c
+/// issue 46: over HTTP/2, 1,000 unread 1 MiB answers took 0.8–1.2 GiB outside it). An h2c
 /// client with a 64 KiB window asks for sixteen 512 KiB answers and reads none: the
 /// frames waiting for it reach `max_buffered_bytes` (512 KiB), those callers' answers are cut
 /// short (counted in `idem_overloaded_responses_total`), every intent still ran once
