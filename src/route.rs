@@ -49,31 +49,25 @@ impl RouteTable {
 
 /// `path` with `%2F` and `%5C` (either case) turned into `/`, or `None` if it has neither.
 fn decode_slashes(path: &str) -> Option<String> {
+    let is_slash =
+        |w: &[u8]| w[0] == b'%' && matches!((w[1], w[2] | 0x20), (b'2', b'f') | (b'5', b'c'));
     let bytes = path.as_bytes();
-    let escaped = |i: usize| {
-        bytes[i] == b'%'
-            && matches!(
-                (bytes.get(i + 1), bytes.get(i + 2)),
-                (Some(b'2'), Some(b'f' | b'F')) | (Some(b'5'), Some(b'c' | b'C'))
-            )
-    };
-    let first = (0..bytes.len()).find(|&i| escaped(i))?;
-    let mut out = String::with_capacity(path.len());
-    out.push_str(&path[..first]);
-    let mut i = first;
+    if !bytes.windows(3).any(is_slash) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
     while i < bytes.len() {
-        if escaped(i) {
-            out.push('/');
+        if bytes.get(i..i + 3).is_some_and(is_slash) {
+            out.push(b'/');
             i += 3;
         } else {
-            let next = (i + 1..bytes.len())
-                .find(|&j| escaped(j))
-                .unwrap_or(bytes.len());
-            out.push_str(&path[i..next]);
-            i = next;
+            out.push(bytes[i]);
+            i += 1;
         }
     }
-    Some(out)
+    // Only ASCII escapes were replaced, by ASCII: still UTF-8.
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

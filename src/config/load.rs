@@ -68,6 +68,20 @@ impl Config {
     }
 }
 
+/// Catch-all routes for POST, PUT, PATCH and DELETE (the chart's default): what passes
+/// through is GET, HEAD, OPTIONS and the like, which have no side effect to repeat.
+fn catch_alls_take_every_unsafe_method(
+    routes: &[std::sync::Arc<crate::policy::RoutePolicy>],
+) -> bool {
+    [Method::POST, Method::PUT, Method::PATCH, Method::DELETE]
+        .iter()
+        .all(|m| {
+            routes
+                .iter()
+                .any(|r| r.methods.contains(m) && r.path.matches_every_path())
+        })
+}
+
 /// Walk the whole document; `None` if a required part is missing or invalid.
 fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
     let f = w.fields(root, "");
@@ -117,16 +131,9 @@ fn walk(w: &mut Walker<'_>, root: &yaml::Node) -> Option<Config> {
         }
     }
     let default = default.map_or(super::DefaultAction::Passthrough, |a| a.value);
-    // Catch-all routes for every unsafe method (the chart's default): what passes
-    // through is GET, HEAD, OPTIONS and the like, which have no side effect to repeat.
-    let unsafe_methods_covered = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE]
-        .iter()
-        .all(|m| {
-            routes
-                .iter()
-                .any(|r| r.methods.contains(m) && r.path.matches_every_path())
-        });
-    if default == super::DefaultAction::Passthrough && !routes.is_empty() && !unsafe_methods_covered
+    if default == super::DefaultAction::Passthrough
+        && !routes.is_empty()
+        && !catch_alls_take_every_unsafe_method(&routes)
     {
         // Issue 46 §6: a request no route matches (a method or path the routes do not
         // cover) is forwarded without idempotency, and runs as often as it is sent.

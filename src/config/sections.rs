@@ -310,10 +310,7 @@ fn encryption(w: &mut Walker<'_>, node: &Node) -> Option<EncryptionConfig> {
 /// The procedure sets it a little after the rollout that turns encryption on.
 fn warn_far_ahead(w: &mut Walker<'_>, pos: Pos, path: &str, until_ms: u64) {
     const DAY_MS: u64 = 24 * 60 * 60 * 1000;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    if until_ms > now_ms.saturating_add(DAY_MS) {
+    if until_ms > crate::store::record::now_ms().saturating_add(DAY_MS) {
         w.warn(
             pos,
             path,

@@ -56,8 +56,8 @@ pub struct Outbound {
     /// Set once every frame went out: only then does the caller's body end cleanly.
     finished: Arc<AtomicBool>,
     send_timeout: Duration,
-    /// The budget the frames towards the caller take from (none when nobody waits).
-    buffers: Option<Buffers>,
+    /// The budget the frames towards the caller take from.
+    buffers: Buffers,
 }
 
 impl Outbound {
@@ -69,7 +69,7 @@ impl Outbound {
         Outbound {
             reply: Some(reply),
             send_timeout,
-            buffers: Some(buffers.clone()),
+            buffers: buffers.clone(),
             ..Outbound::detached()
         }
     }
@@ -85,7 +85,8 @@ impl Outbound {
             tx: None,
             finished: Arc::default(),
             send_timeout: Duration::ZERO,
-            buffers: None,
+            // Never used: nobody waits, so nothing is sent.
+            buffers: Buffers::unbounded().clone(),
         }
     }
 
@@ -139,7 +140,7 @@ impl Outbound {
 
     async fn send(&mut self, frame: Frame<Bytes>) {
         let Some(tx) = &self.tx else { return };
-        let Some(frame) = budgeted(self.buffers.as_ref(), frame) else {
+        let Some(frame) = budgeted(&self.buffers, frame) else {
             // Past the budget: this caller's response is cut short (counted).
             self.tx = None;
             return;
@@ -202,10 +203,7 @@ impl Outbound {
 
 /// `frame` holding its share of `buffers` until its last clone is dropped (written out
 /// by hyper), or `None` when the budget does not have it (counted as a dropped response).
-fn budgeted(buffers: Option<&Buffers>, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
-    let Some(buffers) = buffers else {
-        return Some(frame);
-    };
+fn budgeted(buffers: &Buffers, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
     let data = match frame.into_data() {
         Ok(data) => data,
         Err(frame) => return Some(frame),
